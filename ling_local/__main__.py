@@ -1,0 +1,3 @@
+from ling_local.cli import main
+
+main()

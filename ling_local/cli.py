@@ -1,0 +1,140 @@
+"""`ling-local`: serve | lsp | tui | bench | chain | doctor | profiles.
+
+Heavy modules are imported inside the commands so `ling-local --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from ling_local.errors import LingLocalError
+
+app = typer.Typer(
+    name="ling-local",
+    help="A local code-completion and chat daemon: one big model, instant for one person.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+bench_app = typer.Typer(help="Benchmarks that print numbers.", no_args_is_help=True)
+app.add_typer(bench_app, name="bench")
+
+ProfileOpt = Annotated[
+    str, typer.Option("--profile", "-p", help="Profile name (see `profiles`) or TOML path.")
+]
+
+
+def _fail(err: LingLocalError) -> None:
+    typer.secho(f"error: {err.message}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(2)
+
+
+@app.command()
+def serve(
+    profile: ProfileOpt = "tiny",
+    host: Annotated[
+        str, typer.Option(help="Address to listen on (loopback only unless --allow-remote).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="TCP port (0 = any free port).")] = 8741,
+    uds: Annotated[str | None, typer.Option(help="Listen on this unix socket instead.")] = None,
+    allow_remote: Annotated[
+        bool,
+        typer.Option("--allow-remote", help="Allow a non-loopback --host (exposes the model)."),
+    ] = False,
+    allow_origin: Annotated[
+        list[str] | None,
+        typer.Option(help="Allow this browser Origin (repeatable; none by default)."),
+    ] = None,
+    allow_host: Annotated[
+        list[str] | None,
+        typer.Option(help="Accept this Host header besides loopback names (repeatable)."),
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="debug | info | warning")] = "info",
+) -> None:
+    """Run the daemon in the foreground (default: the embedded tiny model on the CPU)."""
+    from ling_local.config import load_profile
+    from ling_local.logs import setup_logging
+    from ling_local.server.serve import run_daemon
+
+    log_file = setup_logging("daemon", log_level)
+    try:
+        prof = load_profile(profile)
+        typer.echo(
+            f"ling-local: profile {prof.name} ({prof.engine.kind}: "
+            f"{prof.served_model_name}); log {log_file}",
+            err=True,
+        )
+        run_daemon(
+            prof,
+            host=host,
+            port=port,
+            uds=uds,
+            allow_remote=allow_remote,
+            allowed_origins=allow_origin or (),
+            allowed_hosts=allow_host or (),
+            log_level=log_level,
+        )
+    except LingLocalError as err:
+        _fail(err)
+
+
+@app.command()
+def profiles() -> None:
+    """List the profiles --profile accepts."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from ling_local.config import list_profiles, load_profile
+
+    table = Table("name", "engine", "model", "description", "file")
+    for name, file in list_profiles().items():
+        try:
+            p = load_profile(str(file))
+            table.add_row(name, p.engine.kind, p.model.path, p.description, str(file))
+        except LingLocalError as err:
+            table.add_row(name, "[red]invalid[/]", "", err.message, str(file))
+    Console().print(table)
+
+
+@app.command()
+def doctor(profile: ProfileOpt = "tiny") -> None:
+    """Check this machine, the profile's model files, GPUs and the daemon."""
+    from ling_local.doctor import run_doctor
+
+    raise typer.Exit(run_doctor(profile))
+
+
+@app.command()
+def lsp(
+    profile: ProfileOpt = "tiny",
+    start_daemon: Annotated[
+        bool, typer.Option(help="Start `ling-local serve` when no daemon answers.")
+    ] = True,
+) -> None:
+    """The language server for editors, on stdio."""
+    from lsp.server import main as lsp_main
+
+    lsp_main(profile=profile, start_daemon=start_daemon)
+
+
+@app.command()
+def tui() -> None:
+    """The chat TUI."""
+    from tui.app import main as tui_main
+
+    tui_main()
+
+
+def main() -> None:
+    try:
+        app()
+    except LingLocalError as err:  # anything a command did not handle itself
+        typer.secho(f"error: {err.message}", fg=typer.colors.RED, err=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

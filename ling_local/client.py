@@ -1,0 +1,569 @@
+"""Python SDK for the daemon: `Client` (sync) and `AsyncClient`, over httpx.
+
+They find the daemon and its token by themselves (``LING_LOCAL_URL`` / ``LING_LOCAL_TOKEN``
+or the files the daemon writes). Streams are iterators of `Chunk`; closing one early closes
+the HTTP response, which cancels the generation in the daemon at once.
+
+    with Client() as client:
+        print(client.complete("def fib(n):", max_tokens=32).text)
+        with client.stream_chat([{"role": "user", "content": "hi"}]) as stream:
+            for chunk in stream:
+                print(chunk.text, end="")
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import httpx
+
+from ling_local import discovery
+from ling_local.errors import (
+    APIStatusError,
+    AuthenticationError,
+    ContextLengthExceeded,
+    DaemonUnavailable,
+    EngineNotReady,
+    GenerationCancelled,
+    LingLocalError,
+    Overloaded,
+    PermissionDenied,
+    RequestError,
+)
+
+__all__ = [
+    "AsyncClient",
+    "AsyncStream",
+    "Chunk",
+    "Client",
+    "Completion",
+    "Health",
+    "Message",
+    "ModelInfo",
+    "Stream",
+    "Timings",
+    "Usage",
+]
+
+DEFAULT_URL = "http://127.0.0.1:8741"
+DEFAULT_TIMEOUT = httpx.Timeout(600.0, connect=5.0)
+Message = dict[str, str]
+PriorityName = Literal["completion", "chat", "agent"]
+
+
+# ------------------------------------------------------------------------- result types
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+
+
+@dataclass(slots=True)
+class Timings:
+    """Engine-side numbers the daemon reports with the last chunk."""
+
+    ttft_ms: float | None = None
+    tpot_ms: float | None = None
+    queue_ms: float | None = None
+    accept_length: float | None = None
+
+    @classmethod
+    def from_wire(cls, data: dict | None) -> Timings | None:
+        if not data:
+            return None
+        return cls(
+            data.get("ttft_ms"),
+            data.get("tpot_ms"),
+            data.get("queue_ms"),
+            data.get("accept_length"),
+        )
+
+
+@dataclass(slots=True)
+class Completion:
+    text: str
+    finish_reason: str | None
+    usage: Usage
+    timings: Timings | None = None
+    id: str = ""
+
+
+@dataclass(slots=True)
+class Chunk:
+    text: str
+    finish_reason: str | None = None
+
+
+@dataclass(slots=True)
+class Health:
+    status: str
+    state: str
+    engine: str
+    model: str
+    profile: str
+    running: int = 0
+    queued: int = 0
+    engine_running: int = 0
+    detail: str = ""
+    version: str = ""
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready"
+
+
+@dataclass(slots=True)
+class ModelInfo:
+    id: str
+    context_length: int | None = None
+    engine: str | None = None
+    profile: str | None = None
+    raw: dict = field(default_factory=dict)
+
+
+# ------------------------------------------------------------------------- wire helpers
+def _resolve(base_url: str | None, token: str | None) -> tuple[str, str | None, str | None]:
+    """-> (http base url, unix socket path or None, token)."""
+    url = base_url or discovery.daemon_url() or DEFAULT_URL
+    uds = None
+    if url.startswith("unix:"):
+        uds, url = url.removeprefix("unix:"), "http://localhost"
+    return url.rstrip("/"), uds, token or discovery.read_token()
+
+
+def _error_from_response(status: int, body: bytes | str) -> LingLocalError:
+    try:
+        err = json.loads(body)["error"]
+        message, kind = err.get("message", ""), err.get("type", "error")
+    except (ValueError, KeyError, TypeError):
+        message, kind = (
+            (body.decode("utf-8", "replace") if isinstance(body, bytes) else body),
+            "error",
+        )
+    message = message or f"HTTP {status}"
+    return _error(status, message, kind)
+
+
+def _error(status: int, message: str, kind: str) -> LingLocalError:
+    if status == 401:
+        return AuthenticationError(message, status_code=status, error_type=kind)
+    if status == 403:
+        return PermissionDenied(message, status_code=status, error_type=kind)
+    if kind == "context_length_exceeded":
+        return ContextLengthExceeded(message)
+    if kind == "cancelled" or status == 409:
+        return GenerationCancelled(message)
+    if status == 429:
+        return Overloaded(message)
+    if status == 503 or kind.startswith("engine"):
+        return EngineNotReady(message)
+    if 400 <= status < 500:
+        return RequestError(message)
+    return APIStatusError(message, status_code=status, error_type=kind)
+
+
+def _unavailable(url: str, err: Exception) -> DaemonUnavailable:
+    return DaemonUnavailable(
+        f"cannot reach the ling-local daemon at {url} ({type(err).__name__}); "
+        "start it with `ling-local serve`"
+    )
+
+
+def _body(
+    prompt_or_messages: Any, kind: str, stream: bool, options: dict[str, Any]
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"messages" if kind == "chat" else "prompt": prompt_or_messages}
+    for name, value in options.items():
+        if value is not None:
+            body["supersede_key" if name == "key" else name] = value
+    if stream:
+        body["stream"] = True
+        body["stream_options"] = {"include_usage": True}
+    return body
+
+
+class _StreamState:
+    """Parses SSE lines of one streamed response (shared by sync and async streams)."""
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+        self.parts: list[str] = []
+        self.finish_reason: str | None = None
+        self.usage = Usage()
+        self.timings: Timings | None = None
+        self.id = ""
+        self.done = False
+        self.started = time.perf_counter()
+        self.first_chunk_s: float | None = None
+        """Client-side time to the first text chunk."""
+
+    def parse(self, line: str) -> Chunk | None:
+        if not line.startswith("data:"):
+            return None
+        data = line[5:].strip()
+        if data == "[DONE]":
+            self.done = True
+            return None
+        obj = json.loads(data)
+        if "error" in obj:
+            err = obj["error"]
+            raise _error(200, err.get("message", "stream failed"), err.get("type", "error"))
+        self.id = obj.get("id", self.id)
+        if obj.get("usage"):
+            u = obj["usage"]
+            self.usage = Usage(
+                u.get("prompt_tokens", 0),
+                u.get("completion_tokens", 0),
+                (u.get("prompt_tokens_details") or {}).get("cached_tokens", 0),
+            )
+        if "ling" in obj:
+            self.timings = Timings.from_wire(obj["ling"])
+        choices = obj.get("choices") or []
+        if not choices:
+            return None
+        c = choices[0]
+        text = (
+            c.get("text", "")
+            if self.kind == "complete"
+            else ((c.get("delta") or {}).get("content") or "")
+        )
+        finish = c.get("finish_reason")
+        if finish:
+            self.finish_reason = finish
+        if not text and not finish:
+            return None
+        if text:
+            if self.first_chunk_s is None:
+                self.first_chunk_s = time.perf_counter() - self.started
+            self.parts.append(text)
+        return Chunk(text, finish)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.parts)
+
+    def result(self) -> Completion:
+        return Completion(self.text, self.finish_reason, self.usage, self.timings, self.id)
+
+
+def _completion_from_json(data: dict, kind: str) -> Completion:
+    choice = data["choices"][0]
+    text = choice["text"] if kind == "complete" else (choice["message"].get("content") or "")
+    u = data.get("usage") or {}
+    usage = Usage(
+        u.get("prompt_tokens", 0),
+        u.get("completion_tokens", 0),
+        (u.get("prompt_tokens_details") or {}).get("cached_tokens", 0),
+    )
+    return Completion(
+        text,
+        choice.get("finish_reason"),
+        usage,
+        Timings.from_wire(data.get("ling")),
+        data.get("id", ""),
+    )
+
+
+def _health(data: dict) -> Health:
+    keys = Health.__dataclass_fields__
+    return Health(**{k: v for k, v in data.items() if k in keys})
+
+
+def _models(data: dict) -> list[ModelInfo]:
+    return [
+        ModelInfo(m["id"], m.get("context_length"), m.get("engine"), m.get("profile"), m)
+        for m in data.get("data", [])
+    ]
+
+
+# ------------------------------------------------------------------------- sync
+class Stream:
+    """Iterator of `Chunk`s. After it ends: `.text`, `.finish_reason`, `.usage`, `.timings`.
+    `close()` (or leaving the `with` block) before the end cancels the generation."""
+
+    def __init__(self, response: httpx.Response, kind: str, url: str) -> None:
+        self._response = response
+        self._state = _StreamState(kind)
+        self._lines = response.iter_lines()
+        self._url = url
+
+    def __iter__(self) -> Iterator[Chunk]:
+        try:
+            for line in self._lines:
+                chunk = self._state.parse(line)
+                if chunk is not None:
+                    yield chunk
+        except httpx.TransportError as err:
+            raise _unavailable(self._url, err) from None
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._response.close()
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    text = property(lambda self: self._state.text)
+    finish_reason = property(lambda self: self._state.finish_reason)
+    usage = property(lambda self: self._state.usage)
+    timings = property(lambda self: self._state.timings)
+    first_chunk_s = property(lambda self: self._state.first_chunk_s)
+
+    def result(self) -> Completion:
+        """Consume the rest of the stream and return it as one Completion."""
+        for _ in self:
+            pass
+        return self._state.result()
+
+
+class Client:
+    def __init__(
+        self,
+        base_url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.base_url, uds, self.token = _resolve(base_url, token)
+        if transport is None and uds is not None:
+            transport = httpx.HTTPTransport(uds=uds)
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        self._http = httpx.Client(
+            base_url=self.base_url,
+            headers=headers,
+            timeout=timeout,
+            transport=transport,
+            trust_env=False,
+        )
+
+    # --------------------------------------------------------------- plumbing
+    def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        try:
+            response = self._http.request(method, path, **kw)
+        except httpx.TransportError as err:
+            raise _unavailable(self.base_url, err) from None
+        if response.status_code >= 400 and not (path == "/health" and response.status_code == 503):
+            raise _error_from_response(response.status_code, response.content)
+        return response
+
+    def _stream(self, path: str, body: dict, kind: str) -> Stream:
+        request = self._http.build_request("POST", path, json=body)
+        try:
+            response = self._http.send(request, stream=True)
+        except httpx.TransportError as err:
+            raise _unavailable(self.base_url, err) from None
+        if response.status_code >= 400:
+            content = response.read()
+            response.close()
+            raise _error_from_response(response.status_code, content)
+        return Stream(response, kind, self.base_url)
+
+    # --------------------------------------------------------------- API
+    def health(self) -> Health:
+        return _health(self._request("GET", "/health").json())
+
+    def wait_ready(self, timeout: float = 60.0) -> Health:
+        """Poll /health until the engine is ready (or raise EngineNotReady)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                health = self.health()
+                if health.ready:
+                    return health
+                if health.state == "failed":
+                    raise EngineNotReady(f"the engine failed to start: {health.detail}")
+            except DaemonUnavailable:
+                if time.monotonic() > deadline:
+                    raise
+            if time.monotonic() > deadline:
+                raise EngineNotReady(f"the engine was not ready after {timeout:.0f}s")
+            time.sleep(0.1)
+
+    def models(self) -> list[ModelInfo]:
+        return _models(self._request("GET", "/v1/models").json())
+
+    def complete(self, prompt: str, *, suffix: str | None = None, **options: Any) -> Completion:
+        """Complete `prompt` (fill in the middle when `suffix` is given). Options:
+        max_tokens, temperature, top_p, stop, seed, priority, key (supersede key)."""
+        body = _body(prompt, "complete", False, {"suffix": suffix, **options})
+        return _completion_from_json(
+            self._request("POST", "/v1/completions", json=body).json(), "complete"
+        )
+
+    def stream_complete(self, prompt: str, *, suffix: str | None = None, **options: Any) -> Stream:
+        body = _body(prompt, "complete", True, {"suffix": suffix, **options})
+        return self._stream("/v1/completions", body, "complete")
+
+    def chat(self, messages: Sequence[Message], **options: Any) -> Completion:
+        body = _body(list(messages), "chat", False, options)
+        return _completion_from_json(
+            self._request("POST", "/v1/chat/completions", json=body).json(), "chat"
+        )
+
+    def stream_chat(self, messages: Sequence[Message], **options: Any) -> Stream:
+        body = _body(list(messages), "chat", True, options)
+        return self._stream("/v1/chat/completions", body, "chat")
+
+    def metrics(self) -> str:
+        return self._request("GET", "/metrics").text
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+
+# ------------------------------------------------------------------------- async
+class AsyncStream:
+    """Async iterator of `Chunk`s; `await aclose()` early cancels the generation."""
+
+    def __init__(self, response: httpx.Response, kind: str, url: str) -> None:
+        self._response = response
+        self._state = _StreamState(kind)
+        self._url = url
+
+    async def __aiter__(self) -> AsyncIterator[Chunk]:
+        try:
+            async for line in self._response.aiter_lines():
+                chunk = self._state.parse(line)
+                if chunk is not None:
+                    yield chunk
+        except httpx.TransportError as err:
+            raise _unavailable(self._url, err) from None
+        finally:
+            await self.aclose()
+
+    async def aclose(self) -> None:
+        await self._response.aclose()
+
+    async def __aenter__(self) -> AsyncStream:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    text = property(lambda self: self._state.text)
+    finish_reason = property(lambda self: self._state.finish_reason)
+    usage = property(lambda self: self._state.usage)
+    timings = property(lambda self: self._state.timings)
+    first_chunk_s = property(lambda self: self._state.first_chunk_s)
+
+    async def result(self) -> Completion:
+        async for _ in self:
+            pass
+        return self._state.result()
+
+
+class AsyncClient:
+    def __init__(
+        self,
+        base_url: str | None = None,
+        token: str | None = None,
+        *,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url, uds, self.token = _resolve(base_url, token)
+        if transport is None and uds is not None:
+            transport = httpx.AsyncHTTPTransport(uds=uds)
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        self._http = httpx.AsyncClient(
+            base_url=self.base_url,
+            headers=headers,
+            timeout=timeout,
+            transport=transport,
+            trust_env=False,
+        )
+
+    async def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
+        try:
+            response = await self._http.request(method, path, **kw)
+        except httpx.TransportError as err:
+            raise _unavailable(self.base_url, err) from None
+        if response.status_code >= 400 and not (path == "/health" and response.status_code == 503):
+            raise _error_from_response(response.status_code, response.content)
+        return response
+
+    async def _stream(self, path: str, body: dict, kind: str) -> AsyncStream:
+        request = self._http.build_request("POST", path, json=body)
+        try:
+            response = await self._http.send(request, stream=True)
+        except httpx.TransportError as err:
+            raise _unavailable(self.base_url, err) from None
+        if response.status_code >= 400:
+            content = await response.aread()
+            await response.aclose()
+            raise _error_from_response(response.status_code, content)
+        return AsyncStream(response, kind, self.base_url)
+
+    async def health(self) -> Health:
+        return _health((await self._request("GET", "/health")).json())
+
+    async def wait_ready(self, timeout: float = 60.0) -> Health:
+        import asyncio
+
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                health = await self.health()
+                if health.ready:
+                    return health
+                if health.state == "failed":
+                    raise EngineNotReady(f"the engine failed to start: {health.detail}")
+            except DaemonUnavailable:
+                if time.monotonic() > deadline:
+                    raise
+            if time.monotonic() > deadline:
+                raise EngineNotReady(f"the engine was not ready after {timeout:.0f}s")
+            await asyncio.sleep(0.1)
+
+    async def models(self) -> list[ModelInfo]:
+        return _models((await self._request("GET", "/v1/models")).json())
+
+    async def complete(
+        self, prompt: str, *, suffix: str | None = None, **options: Any
+    ) -> Completion:
+        body = _body(prompt, "complete", False, {"suffix": suffix, **options})
+        response = await self._request("POST", "/v1/completions", json=body)
+        return _completion_from_json(response.json(), "complete")
+
+    async def stream_complete(
+        self, prompt: str, *, suffix: str | None = None, **options: Any
+    ) -> AsyncStream:
+        body = _body(prompt, "complete", True, {"suffix": suffix, **options})
+        return await self._stream("/v1/completions", body, "complete")
+
+    async def chat(self, messages: Sequence[Message], **options: Any) -> Completion:
+        body = _body(list(messages), "chat", False, options)
+        response = await self._request("POST", "/v1/chat/completions", json=body)
+        return _completion_from_json(response.json(), "chat")
+
+    async def stream_chat(self, messages: Sequence[Message], **options: Any) -> AsyncStream:
+        body = _body(list(messages), "chat", True, options)
+        return await self._stream("/v1/chat/completions", body, "chat")
+
+    async def metrics(self) -> str:
+        return (await self._request("GET", "/metrics")).text
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()

@@ -1,0 +1,278 @@
+"""Profiles: TOML files in configs/ (or the user's config dir), validated when loaded.
+
+A profile says which engine serves which model and how. Any field can be overridden from
+the environment with ``LING_LOCAL_<SECTION>__<FIELD>``, e.g. ``LING_LOCAL_MODEL__DEVICE=cuda``.
+A bad value fails at load time with the field's dotted name in the message.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from ling_local import paths
+from ling_local.errors import ConfigError
+
+__all__ = [
+    "EngineSettings",
+    "LimitSettings",
+    "ModelSettings",
+    "Profile",
+    "PromptSettings",
+    "RemoteSettings",
+    "SGLangSettings",
+    "SamplingDefaults",
+    "SchedulerSettings",
+    "builtin_model_dir",
+    "list_profiles",
+    "load_profile",
+]
+
+_PACKAGE_DIR = Path(__file__).resolve().parent
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class EngineSettings(_Section):
+    kind: Literal["torch", "sglang", "remote"] = "torch"
+    """Which engine serves the model: the embedded PyTorch engine, a managed SGLang child,
+    or an OpenAI-compatible server the user already runs."""
+    threads: int | None = Field(default=None, ge=1)
+    """CPU threads for the embedded engine (default: all cores)."""
+    cache_slots: int = Field(default=3, ge=1, le=64)
+    """Prefix-cache slots of the embedded engine: completion and chat keep their own KV."""
+    speculative: Literal["none", "draft", "prompt_lookup", "auto"] = "none"
+    """Speculative decoding in the embedded engine (greedy output is unchanged)."""
+    num_speculative_tokens: int = Field(default=4, ge=1, le=16)
+    """How many tokens a draft (or prompt lookup) proposes per verify step."""
+    cuda_graphs: bool = True
+    """Capture the decode step in a CUDA graph when running on a GPU."""
+    warmup: bool = True
+    """Run one short generation at start so the first user request is not the slow one."""
+
+
+class ModelSettings(_Section):
+    path: str
+    """Hugging Face-format model directory; ``builtin:NAME`` is a model shipped in the package."""
+    name: str | None = None
+    """Model id served on /v1/models (default: the profile's name)."""
+    draft_path: str | None = None
+    """Draft model directory for speculative decoding (same tokenizer)."""
+    tokenizer_path: str | None = None
+    """Tokenizer directory when it is not the model directory."""
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"
+    """Weights dtype; ``auto`` is float32 on CPU and bfloat16 on a GPU."""
+    device: str = "cpu"
+    """``cpu``, ``cuda``, ``cuda:N`` or ``auto``."""
+    context_length: int = Field(default=2048, ge=16)
+    """Longest prompt + completion the daemon accepts."""
+    trust_remote_code: bool = False
+    """Allow model code from the model directory (needed by some architectures)."""
+
+    @field_validator("device")
+    @classmethod
+    def _device(cls, value: str) -> str:
+        if value in ("cpu", "cuda", "auto") or (value.startswith("cuda:") and value[5:].isdigit()):
+            return value
+        raise ValueError("must be 'cpu', 'cuda', 'cuda:N' or 'auto'")
+
+
+class SamplingDefaults(_Section):
+    temperature: float = Field(default=0.0, ge=0.0, le=2.0)
+    """Default temperature for completions (0 = greedy)."""
+    chat_temperature: float = Field(default=0.7, ge=0.0, le=2.0)
+    """Default temperature for chat."""
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    completion_max_tokens: int = Field(default=64, ge=1)
+    """Default max_tokens of /v1/completions."""
+    chat_max_tokens: int = Field(default=512, ge=1)
+    """Default max_tokens of /v1/chat/completions."""
+
+
+class PromptSettings(_Section):
+    fim_format: Literal["psm", "spm"] = "psm"
+    """Order of a fill-in-the-middle prompt: prefix-suffix-middle or suffix-prefix-middle."""
+    fim_prefix: str = "<|fim_prefix|>"
+    fim_suffix: str = "<|fim_suffix|>"
+    fim_middle: str = "<|fim_middle|>"
+    stop: list[str] = Field(default_factory=lambda: ["<|endoftext|>"])
+    """Text that ends a generation besides the tokenizer's EOS token."""
+    chat_template: Literal["model", "chatml", "plain"] = "model"
+    """``model`` uses the tokenizer's own chat template, falling back to ``plain``."""
+    prefix_tokens: int = Field(default=1024, ge=16)
+    """Editor completion: budget for text before the cursor (incl. context snippets)."""
+    suffix_tokens: int = Field(default=256, ge=0)
+    """Editor completion: budget for text after the cursor."""
+
+
+class SchedulerSettings(_Section):
+    max_running: int = Field(default=1, ge=1, le=64)
+    """Generations the engine runs at once (1 = the product's shape)."""
+    preempt: bool = True
+    """A higher-priority request pauses a running lower-priority one between tokens
+    (or runs beside it on engines that batch) instead of waiting for it."""
+    max_queue: int = Field(default=64, ge=1)
+    """Waiting requests beyond this are refused with 429."""
+    queue_timeout_s: float = Field(default=120.0, gt=0)
+    """A request that waited this long is refused with 503."""
+
+
+class LimitSettings(_Section):
+    max_body_bytes: int = Field(default=4 * 1024 * 1024, ge=1024)
+    """Largest request body accepted (413 above)."""
+    max_tokens: int = Field(default=4096, ge=1)
+    """Largest max_tokens a request may ask for."""
+    max_stop: int = Field(default=8, ge=0)
+    """Most stop strings a request may give."""
+
+
+class SGLangSettings(_Section):
+    python: str | None = None
+    """Interpreter that runs ``-m sglang.launch_server`` (default: the daemon's own)."""
+    args: list[str] = Field(default_factory=list)
+    """Extra launch_server flags, verbatim."""
+    env: dict[str, str] = Field(default_factory=dict)
+    """Extra environment for the child process."""
+    tp_size: int = Field(default=1, ge=1)
+    startup_timeout_s: float = Field(default=900.0, gt=0)
+
+
+class RemoteSettings(_Section):
+    base_url: str = "http://127.0.0.1:11434/v1"
+    """OpenAI-compatible base URL of a server the user already runs."""
+    api_key_env: str | None = None
+    """Environment variable holding that server's API key."""
+    model: str | None = None
+    """Model id to ask the remote server for (default: its first model)."""
+
+
+class Profile(BaseSettings):
+    """One way of serving a model. Loaded from TOML; env vars override single fields."""
+
+    model_config = SettingsConfigDict(
+        env_prefix="LING_LOCAL_", env_nested_delimiter="__", extra="forbid"
+    )
+
+    name: str
+    description: str = ""
+    source: str | None = None
+    """Where the profile was loaded from (filled in by load_profile)."""
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+    model: ModelSettings
+    sampling: SamplingDefaults = Field(default_factory=SamplingDefaults)
+    prompt: PromptSettings = Field(default_factory=PromptSettings)
+    scheduler: SchedulerSettings = Field(default_factory=SchedulerSettings)
+    limits: LimitSettings = Field(default_factory=LimitSettings)
+    sglang: SGLangSettings = Field(default_factory=SGLangSettings)
+    remote: RemoteSettings = Field(default_factory=RemoteSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The environment wins over the TOML file, so a user can flip one field.
+        return (env_settings, init_settings)
+
+    @model_validator(mode="after")
+    def _fill_defaults(self) -> Profile:
+        if self.model.name is None:
+            self.model.name = self.name
+        return self
+
+    @property
+    def served_model_name(self) -> str:
+        return self.model.name or self.name
+
+    def resolve_path(self, value: str | None) -> Path | None:
+        """Resolve a model/tokenizer path: ``builtin:NAME``, ``~``, or relative to the TOML."""
+        if value is None:
+            return None
+        if value.startswith("builtin:"):
+            return builtin_model_dir(value.removeprefix("builtin:"))
+        path = Path(value).expanduser()
+        if not path.is_absolute() and self.source:
+            path = Path(self.source).parent / path
+        return path
+
+
+def builtin_model_dir(name: str) -> Path:
+    """Directory of a model shipped inside the package (``ling_local/models/NAME``)."""
+    return _PACKAGE_DIR / "models" / name
+
+
+def _builtin_profile_dirs() -> list[Path]:
+    dirs = [_PACKAGE_DIR / "_configs", _PACKAGE_DIR.parent / "configs"]
+    return [d for d in dirs if d.is_dir()]
+
+
+def _profile_dirs() -> list[Path]:
+    # User profiles shadow the shipped ones of the same name.
+    return [paths.config_dir() / "profiles", *_builtin_profile_dirs()]
+
+
+def list_profiles() -> dict[str, Path]:
+    """Every profile name that ``--profile NAME`` accepts, with the file it comes from."""
+    found: dict[str, Path] = {}
+    for directory in _profile_dirs():
+        if directory.is_dir():
+            for file in sorted(directory.glob("*.toml")):
+                found.setdefault(file.stem, file)
+    return found
+
+
+def _format_validation_error(err: ValidationError) -> str:
+    parts = []
+    for item in err.errors():
+        loc = ".".join(str(p) for p in item["loc"]) or "(profile)"
+        parts.append(f"{loc}: {item['msg']}")
+    return "; ".join(parts)
+
+
+def profile_from_dict(data: dict[str, Any], *, source: str | None = None) -> Profile:
+    """Validate a profile given as a dict (what a TOML file holds)."""
+    label = source or data.get("name", "<profile>")
+    try:
+        return Profile(**{**data, "source": source})
+    except ValidationError as err:
+        raise ConfigError(f"invalid profile {label}: {_format_validation_error(err)}") from None
+    except TypeError as err:  # e.g. a section given as a plain value
+        raise ConfigError(f"invalid profile {label}: {err}") from None
+
+
+def load_profile(name_or_path: str | Path = "tiny") -> Profile:
+    """Load a profile by name (user dir first, then shipped) or by path to a TOML file."""
+    text = str(name_or_path)
+    candidate = Path(text).expanduser()
+    if text.endswith(".toml") or candidate.is_file() or "/" in text:
+        if not candidate.is_file():
+            raise ConfigError(f"profile file not found: {candidate}")
+        file = candidate.resolve()
+    else:
+        known = list_profiles()
+        if text not in known:
+            names = ", ".join(sorted(known)) or "none"
+            raise ConfigError(f"unknown profile {text!r}; known profiles: {names}")
+        file = known[text]
+    try:
+        data = tomllib.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as err:
+        raise ConfigError(f"cannot read profile {file}: {err}") from None
+    data.setdefault("name", file.stem)
+    return profile_from_dict(data, source=str(file))
+
+
+def shipped_file(relative: str) -> Path:
+    """A data file shipped inside the package."""
+    return Path(str(resources.files("ling_local") / relative))

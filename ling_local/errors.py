@@ -1,0 +1,112 @@
+"""One exception tree for the whole project; every message is safe to show a user.
+
+LingLocalError
+├── ConfigError                 a profile or setting is invalid (names the field)
+├── EngineError                 the model engine cannot serve
+│   ├── EngineNotReady          still starting, or stopped
+│   └── EngineCrashed           the engine died while serving a request
+├── RequestError                the request itself is wrong (HTTP 400)
+│   └── ContextLengthExceeded   the prompt does not fit the model's context
+├── GenerationCancelled         the generation was cancelled or superseded
+├── Overloaded                  too many requests waiting (HTTP 429)
+└── ClientError                 raised by the SDK (ling_local.client)
+    ├── DaemonUnavailable       no daemon found or it cannot be reached
+    └── APIStatusError          the daemon answered with an error status
+        ├── AuthenticationError 401: missing or wrong token
+        └── PermissionDenied    403: Host or Origin not allowed
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "APIStatusError",
+    "AuthenticationError",
+    "ClientError",
+    "ConfigError",
+    "ContextLengthExceeded",
+    "DaemonUnavailable",
+    "EngineCrashed",
+    "EngineError",
+    "EngineNotReady",
+    "GenerationCancelled",
+    "LingLocalError",
+    "Overloaded",
+    "PermissionDenied",
+    "RequestError",
+]
+
+
+class LingLocalError(Exception):
+    """Base of every error ling-local raises on purpose."""
+
+    #: OpenAI-style error type used when the error crosses HTTP.
+    error_type: str = "server_error"
+    #: HTTP status the daemon answers with.
+    status_code: int = 500
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class ConfigError(LingLocalError):
+    error_type = "config_error"
+
+
+class EngineError(LingLocalError):
+    error_type = "engine_error"
+    status_code = 503
+
+
+class EngineNotReady(EngineError):
+    error_type = "engine_not_ready"
+
+
+class EngineCrashed(EngineError):
+    error_type = "engine_crashed"
+
+
+class RequestError(LingLocalError):
+    error_type = "invalid_request_error"
+    status_code = 400
+
+    def __init__(self, message: str, *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class ContextLengthExceeded(RequestError):
+    error_type = "context_length_exceeded"
+
+
+class GenerationCancelled(LingLocalError):
+    error_type = "cancelled"
+    status_code = 409
+
+
+class Overloaded(LingLocalError):
+    error_type = "overloaded"
+    status_code = 429
+
+
+class ClientError(LingLocalError):
+    error_type = "client_error"
+
+
+class DaemonUnavailable(ClientError):
+    error_type = "daemon_unavailable"
+
+
+class APIStatusError(ClientError):
+    def __init__(self, message: str, *, status_code: int, error_type: str = "error") -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.error_type = error_type
+
+
+class AuthenticationError(APIStatusError):
+    pass
+
+
+class PermissionDenied(APIStatusError):
+    pass

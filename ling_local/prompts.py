@@ -1,0 +1,130 @@
+"""Prompt formats: fill-in-the-middle for completion, chat templates for chat.
+
+User text is always tokenized with special-token parsing off, so a file that happens to
+contain ``<|endoftext|>`` cannot end or re-steer its own prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ling_local.config import PromptSettings
+from ling_local.errors import RequestError
+from ling_local.tokenization import TextTokenizer
+
+__all__ = ["BuiltPrompt", "PromptBuilder"]
+
+_PLAIN_STOP = "\n### User:"
+
+
+@dataclass(slots=True)
+class BuiltPrompt:
+    text: str
+    """The prompt as text (what a remote engine without a local tokenizer receives)."""
+    ids: list[int] | None
+    """Token ids when the daemon has the model's tokenizer."""
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    extra: dict = field(default_factory=dict)
+
+
+class PromptBuilder:
+    def __init__(self, settings: PromptSettings, tokenizer: TextTokenizer | None) -> None:
+        self.settings = settings
+        self.tokenizer = tokenizer
+        self._bos: list[int] = []
+        self._fim: tuple[int, int, int] | None = None
+        if tokenizer is not None:
+            with_specials = tokenizer.hf("x", add_special_tokens=True)["input_ids"]
+            plain = tokenizer.hf("x", add_special_tokens=False)["input_ids"]
+            if len(with_specials) > len(plain) and with_specials[0] != plain[0]:
+                self._bos = [with_specials[0]]
+            ids = [tokenizer.token_id(t) for t in self._fim_tokens]
+            if all(i is not None for i in ids):
+                self._fim = (ids[0], ids[1], ids[2])  # type: ignore[assignment]
+        self.stop = tuple(settings.stop)
+        self.stop_token_ids = self._stop_ids(settings.stop)
+
+    @property
+    def _fim_tokens(self) -> tuple[str, str, str]:
+        s = self.settings
+        return (s.fim_prefix, s.fim_suffix, s.fim_middle)
+
+    @property
+    def supports_fim(self) -> bool:
+        return self._fim is not None or self.tokenizer is None
+
+    def _stop_ids(self, stops: list[str]) -> tuple[int, ...]:
+        if self.tokenizer is None:
+            return ()
+        ids = list(self.tokenizer.eos_token_ids)
+        for s in stops:
+            tid = self.tokenizer.token_id(s)
+            if tid is not None and tid not in ids:
+                ids.append(tid)
+        return tuple(ids)
+
+    def _encode(self, text: str) -> list[int] | None:
+        return None if self.tokenizer is None else self.tokenizer.encode(text)
+
+    def completion(self, prompt: str, suffix: str | None = None) -> BuiltPrompt:
+        """A plain completion, or fill-in-the-middle when a suffix is given."""
+        if suffix is None:
+            ids = self._encode(prompt)
+            return BuiltPrompt(
+                prompt, None if ids is None else self._bos + ids, self.stop, self.stop_token_ids
+            )
+        return self.fim(prompt, suffix)
+
+    def fim(self, prefix: str, suffix: str) -> BuiltPrompt:
+        pre, suf, mid = self._fim_tokens
+        spm = self.settings.fim_format == "spm"
+        text = f"{pre}{suf}{suffix}{mid}{prefix}" if spm else f"{pre}{prefix}{suf}{suffix}{mid}"
+        if self.tokenizer is None:
+            return BuiltPrompt(text, None, self.stop)
+        if self._fim is None:
+            raise RequestError(
+                "this model has no fill-in-the-middle tokens "
+                f"({pre}, {suf}, {mid}); send the request without 'suffix'",
+                param="suffix",
+            )
+        p, s, m = self._fim
+        enc = self.tokenizer.encode
+        if spm:
+            ids = [p, s, *enc(suffix), m, *enc(prefix)]
+        else:
+            ids = [p, *enc(prefix), s, *enc(suffix), m]
+        return BuiltPrompt(text, self._bos + ids, self.stop, self.stop_token_ids)
+
+    def chat(self, messages: list[dict[str, str]]) -> BuiltPrompt:
+        style = self.settings.chat_template
+        if style == "model" and self.tokenizer is not None and self.tokenizer.chat_template:
+            text = self.tokenizer.apply_chat_template(messages)
+            ids = self.tokenizer.encode_with_specials(text)
+            return BuiltPrompt(text, ids, self.stop, self.stop_token_ids)
+        if style == "chatml":
+            text = (
+                "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)
+                + "<|im_start|>assistant\n"
+            )
+            ids = None if self.tokenizer is None else self.tokenizer.encode_with_specials(text)
+            stop = (*self.stop, "<|im_end|>")
+            return BuiltPrompt(text, ids, stop, self._stop_ids([*self.settings.stop, "<|im_end|>"]))
+        return self._plain_chat(messages)
+
+    def _plain_chat(self, messages: list[dict[str, str]]) -> BuiltPrompt:
+        parts = []
+        for m in messages:
+            if m["role"] == "system":
+                parts.append(f"{m['content']}\n\n")
+            else:
+                label = "User" if m["role"] == "user" else "Assistant"
+                parts.append(f"### {label}:\n{m['content']}\n\n")
+        text = "".join(parts) + "### Assistant:\n"
+        ids = self._encode(text)
+        return BuiltPrompt(
+            text,
+            None if ids is None else self._bos + ids,
+            (*self.stop, _PLAIN_STOP),
+            self.stop_token_ids,
+        )

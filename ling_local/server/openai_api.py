@@ -1,0 +1,309 @@
+"""The OpenAI-compatible routes: /v1/models, /v1/completions, /v1/chat/completions.
+
+The wire format is OpenAI's exactly (SSE ``data:`` lines, ``[DONE]``, ``usage``), so the
+official clients work unchanged. Each response also carries a ``ling`` object with the
+engine's timings (TTFT, TPOT, queue wait, cached tokens, accept length)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+from fastapi import APIRouter, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.sse import format_sse_event
+from pydantic import ValidationError
+
+from ling_local.engines.base import Delta, GenerationRequest, GenerationStats, Priority
+from ling_local.errors import GenerationCancelled, LingLocalError, RequestError
+from ling_local.server.schemas import ChatCompletionRequest, CompletionRequest, _Body
+from ling_local.server.state import DaemonState
+
+__all__ = ["router"]
+
+router = APIRouter()
+
+_DONE = b"data: [DONE]\n\n"
+_SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+_dumps = json.JSONEncoder(ensure_ascii=False, separators=(",", ":")).encode
+
+
+def _state(request: Request) -> DaemonState:
+    return request.app.state.daemon
+
+
+def _usage(stats: GenerationStats | None) -> dict[str, Any]:
+    s = stats or GenerationStats()
+    return {
+        "prompt_tokens": s.prompt_tokens,
+        "completion_tokens": s.completion_tokens,
+        "total_tokens": s.prompt_tokens + s.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": s.cached_tokens},
+    }
+
+
+def _error_event(message: str, error_type: str) -> bytes:
+    return format_sse_event(data_str=_dumps({"error": {"message": message, "type": error_type}}))
+
+
+def _finish_error(delta: Delta) -> LingLocalError | None:
+    if delta.finish_reason == "cancelled":
+        return GenerationCancelled("the generation was cancelled")
+    if delta.finish_reason == "error":
+        return LingLocalError(delta.error or "the engine failed while generating")
+    return None
+
+
+@router.get("/v1/models")
+async def list_models(request: Request) -> dict[str, Any]:
+    st = _state(request)
+    return {
+        "object": "list",
+        "data": [
+            {
+                "id": st.model_name,
+                "object": "model",
+                "created": int(st.started),
+                "owned_by": "ling-local",
+                "context_length": st.engine.context_length,
+                "max_model_len": st.engine.context_length,
+                "engine": st.engine.kind,
+                "profile": st.profile.name,
+            }
+        ],
+    }
+
+
+async def _parse(request: Request, model: type[_Body]) -> _Body:
+    """Read and validate a JSON body whatever its Content-Type (curl users forget it)."""
+    raw = await request.body()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise RequestError(f"the request body is not valid UTF-8 (byte {err.start})") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise RequestError(
+            f"the request body is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}"
+        ) from None
+    if not isinstance(data, dict):
+        raise RequestError("the request body must be a JSON object")
+    try:
+        return model.model_validate(data)
+    except ValidationError as err:
+        raise RequestValidationError(err.errors()) from None
+
+
+@router.post("/v1/completions", response_model=None)
+async def completions(request: Request) -> JSONResponse | StreamingResponse:
+    body = await _parse(request, CompletionRequest)
+    assert isinstance(body, CompletionRequest)
+    st = _state(request)
+    st.check_model(body.model)
+    prompts = st.ready_prompts()
+    if isinstance(body.prompt, list):  # token ids
+        if body.suffix is not None:
+            raise RequestError("suffix needs a text prompt", param="suffix")
+        vocab = getattr(getattr(st.engine, "tokenizer", None), "vocab_size", None)
+        if vocab is not None and max(body.prompt) >= vocab:
+            raise RequestError(f"prompt token ids must be below {vocab}", param="prompt")
+        from ling_local.prompts import BuiltPrompt
+
+        built = BuiltPrompt("", list(body.prompt), prompts.stop, prompts.stop_token_ids)
+    else:
+        if not body.prompt and not body.suffix:
+            raise RequestError("the prompt is empty", param="prompt")
+        built = prompts.completion(body.prompt, body.suffix)
+    sampling = st.sampling(body, chat=False, built=built)
+    gen = st.request(built, sampling, body.priority, Priority.COMPLETION)
+    st.scheduler.check_capacity()
+    rid = f"cmpl-{uuid.uuid4().hex[:24]}"
+    head = _dumps(
+        {
+            "id": rid,
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": st.model_name,
+        }
+    )[:-1]
+    if body.stream:
+        return StreamingResponse(
+            _stream_completion(st, gen, body.supersede_key, head, body.include_usage),
+            media_type="text/event-stream",
+            headers=_SSE_HEADERS,
+        )
+    text, last = await _collect(st, gen, body.supersede_key, request)
+    return JSONResponse(
+        {
+            "id": rid,
+            "object": "text_completion",
+            "created": int(time.time()),
+            "model": st.model_name,
+            "choices": [
+                {"index": 0, "text": text, "logprobs": None, "finish_reason": last.finish_reason}
+            ],
+            "usage": _usage(last.stats),
+            "ling": last.stats.as_dict() if last.stats else None,
+        }
+    )
+
+
+@router.post("/v1/chat/completions", response_model=None)
+async def chat_completions(request: Request) -> JSONResponse | StreamingResponse:
+    body = await _parse(request, ChatCompletionRequest)
+    assert isinstance(body, ChatCompletionRequest)
+    st = _state(request)
+    st.check_model(body.model)
+    prompts = st.ready_prompts()
+    messages = [
+        {
+            "role": "system" if m.role == "developer" else ("user" if m.role == "tool" else m.role),
+            "content": m.text(),
+        }
+        for m in body.messages
+    ]
+    if not any(m["content"] for m in messages):
+        raise RequestError("every message is empty", param="messages")
+    built = prompts.chat(messages)
+    sampling = st.sampling(body, chat=True, built=built)
+    gen = st.request(built, sampling, body.priority, Priority.CHAT, body.json_schema())
+    st.scheduler.check_capacity()
+    rid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
+    head = _dumps(
+        {
+            "id": rid,
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": st.model_name,
+        }
+    )[:-1]
+    if body.stream:
+        return StreamingResponse(
+            _stream_chat(st, gen, body.supersede_key, head, body.include_usage),
+            media_type="text/event-stream",
+            headers=_SSE_HEADERS,
+        )
+    text, last = await _collect(st, gen, body.supersede_key, request)
+    return JSONResponse(
+        {
+            "id": rid,
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": st.model_name,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "logprobs": None,
+                    "finish_reason": last.finish_reason,
+                }
+            ],
+            "usage": _usage(last.stats),
+            "ling": last.stats.as_dict() if last.stats else None,
+        }
+    )
+
+
+# --------------------------------------------------------------------------- relays
+async def _collect(
+    st: DaemonState, gen: GenerationRequest, key: str | None, request: Request
+) -> tuple[str, Delta]:
+    """Run a non-streamed request; a client that hangs up cancels it in the engine."""
+
+    async def run() -> tuple[str, Delta]:
+        parts: list[str] = []
+        last = Delta("")
+        async with aclosing(st.scheduler.stream(gen, key=key)) as deltas:
+            async for delta in deltas:
+                parts.append(delta.text)
+                last = delta
+        if (err := _finish_error(last)) is not None:
+            raise err
+        return "".join(parts), last
+
+    async def disconnected() -> None:
+        while (await request.receive())["type"] != "http.disconnect":
+            pass
+
+    work = asyncio.ensure_future(run())
+    watch = asyncio.ensure_future(disconnected())
+    try:
+        await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        watch.cancel()
+        if not work.done():
+            work.cancel()
+    if work.cancelled():
+        raise GenerationCancelled("the client disconnected")
+    return work.result()
+
+
+def _chunk(head: str, choice: str, extra: str = "") -> bytes:
+    return b"data: " + f'{head},"choices":[{choice}]{extra}}}'.encode() + b"\n\n"
+
+
+async def _stream_completion(
+    st: DaemonState, gen: GenerationRequest, key: str | None, head: str, include_usage: bool
+) -> AsyncIterator[bytes]:
+    def choice(text: str, finish: str | None) -> str:
+        return (
+            f'{{"index":0,"text":{_dumps(text)},"logprobs":null,"finish_reason":{_dumps(finish)}}}'
+        )
+
+    async for out in _relay(st, gen, key, head, include_usage, choice):
+        yield out
+
+
+async def _stream_chat(
+    st: DaemonState, gen: GenerationRequest, key: str | None, head: str, include_usage: bool
+) -> AsyncIterator[bytes]:
+    first = True
+
+    def choice(text: str, finish: str | None) -> str:
+        nonlocal first
+        role = '"role":"assistant",' if first else ""
+        first = False
+        return (
+            f'{{"index":0,"delta":{{{role}"content":{_dumps(text)}}},"logprobs":null,'
+            f'"finish_reason":{_dumps(finish)}}}'
+        )
+
+    async for out in _relay(st, gen, key, head, include_usage, choice):
+        yield out
+
+
+async def _relay(
+    st: DaemonState, gen: GenerationRequest, key: str | None, head: str, include_usage: bool, choice
+) -> AsyncIterator[bytes]:
+    """Engine deltas -> SSE chunks. Runs until the stream ends or the client goes away;
+    starlette cancels this generator on disconnect, and closing the scheduler stream then
+    cancels the generation in the engine."""
+    try:
+        async with aclosing(st.scheduler.stream(gen, key=key)) as deltas:
+            async for delta in deltas:
+                if delta.finish_reason is None:
+                    yield _chunk(head, choice(delta.text, None))
+                    continue
+                if (err := _finish_error(delta)) is not None:
+                    yield _error_event(err.message, err.error_type)
+                    return
+                stats = delta.stats.as_dict() if delta.stats else None
+                yield _chunk(
+                    head, choice(delta.text, delta.finish_reason), f',"ling":{_dumps(stats)}'
+                )
+                if include_usage:
+                    yield (
+                        b"data: "
+                        + f'{head},"choices":[],"usage":{_dumps(_usage(delta.stats))}}}'.encode()
+                        + b"\n\n"
+                    )
+        yield _DONE
+    except LingLocalError as err:
+        yield _error_event(err.message, err.error_type)

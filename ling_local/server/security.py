@@ -1,0 +1,104 @@
+"""What stops a web page or another user from driving the daemon.
+
+- ``Host`` must be a loopback name (DNS rebinding: a page on evil.example that resolves to
+  127.0.0.1 still sends ``Host: evil.example``).
+- ``Origin``, when present, must be on an explicit allow-list (empty by default): browsers
+  always send it on cross-site requests.
+- ``Authorization: Bearer <token>`` on every route but ``/health``.
+Written as plain ASGI middleware so streaming responses pass through untouched.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+from collections.abc import Iterable
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+__all__ = ["LOOPBACK_HOSTS", "SecurityMiddleware", "is_loopback_address"]
+
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+OPEN_PATHS = frozenset({"/health"})
+
+
+def is_loopback_address(host: str) -> bool:
+    if host in ("localhost", ""):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_name(value: str) -> str:
+    value = value.strip().lower()
+    if value.startswith("["):  # [::1]:8741
+        return value[: value.find("]") + 1] if "]" in value else value
+    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+
+
+async def _deny(send: Send, status: int, message: str, error_type: str) -> None:
+    body = json.dumps({"error": {"message": message, "type": error_type}}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", b"Bearer"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+class SecurityMiddleware:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        token: str,
+        allowed_hosts: Iterable[str] = (),
+        allowed_origins: Iterable[str] = (),
+    ) -> None:
+        self.app = app
+        self._token = f"Bearer {token}".encode()
+        self._hosts = LOOPBACK_HOSTS | {h.lower() for h in allowed_hosts}
+        self._origins = frozenset(o.rstrip("/").lower() for o in allowed_origins)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        host = origin = auth = None
+        for name, value in scope["headers"]:
+            if name == b"host":
+                host = value
+            elif name == b"origin":
+                origin = value
+            elif name == b"authorization":
+                auth = value
+        if host is None or _host_name(host.decode("latin-1")) not in self._hosts:
+            await _deny(
+                send,
+                403,
+                "Host header is not a loopback name; ling-local only "
+                "answers requests addressed to localhost",
+                "forbidden_host",
+            )
+            return
+        if origin is not None and origin.decode("latin-1").rstrip("/").lower() not in self._origins:
+            await _deny(
+                send,
+                403,
+                "cross-origin requests are not allowed (Origin not on the daemon's allow-list)",
+                "forbidden_origin",
+            )
+            return
+        if scope["path"] not in OPEN_PATHS and (
+            auth is None or not hmac.compare_digest(auth, self._token)
+        ):
+            await _deny(
+                send,
+                401,
+                "missing or wrong bearer token; the token is in the file `ling-local doctor` shows",
+                "authentication_error",
+            )
+            return
+        await self.app(scope, receive, send)

@@ -1,0 +1,111 @@
+"""Everything a request handler needs, built once per daemon."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from ling_local.config import Profile
+from ling_local.engines.base import Engine, EngineState, GenerationRequest, Priority, SamplingParams
+from ling_local.errors import ContextLengthExceeded, EngineNotReady, RequestError
+from ling_local.metrics import Metrics
+from ling_local.prompts import BuiltPrompt, PromptBuilder
+from ling_local.scheduler import Scheduler
+from ling_local.server.schemas import ChatCompletionRequest, CompletionRequest
+
+__all__ = ["DaemonState"]
+
+
+@dataclass(eq=False)
+class DaemonState:
+    profile: Profile
+    engine: Engine
+    metrics: Metrics
+    scheduler: Scheduler
+    prompts: PromptBuilder | None = None
+    started: float = field(default_factory=time.time)
+
+    @property
+    def model_name(self) -> str:
+        return self.profile.served_model_name
+
+    def ready_prompts(self) -> PromptBuilder:
+        """The prompt builder, once the engine (and so its tokenizer) is up."""
+        state = self.engine.health().state
+        if state is not EngineState.READY:
+            detail = self.engine.health().detail
+            raise EngineNotReady(f"the engine is {state.value}" + (f": {detail}" if detail else ""))
+        if self.prompts is None:
+            tokenizer = getattr(self.engine, "tokenizer", None)
+            self.prompts = PromptBuilder(self.profile.prompt, tokenizer)
+        return self.prompts
+
+    def check_model(self, requested: str | None) -> None:
+        if requested and requested != self.model_name:
+            raise RequestError(
+                f"model {requested!r} is not served here; this daemon serves "
+                f"{self.model_name!r} (see /v1/models)",
+                param="model",
+            )
+
+    def sampling(
+        self, body: CompletionRequest | ChatCompletionRequest, *, chat: bool, built: BuiltPrompt
+    ) -> SamplingParams:
+        defaults = self.profile.sampling
+        limit = self.profile.limits.max_tokens
+        max_tokens = (
+            body.max_tokens
+            or body.max_completion_tokens
+            or (defaults.chat_max_tokens if chat else defaults.completion_max_tokens)
+        )
+        if max_tokens > limit:
+            raise RequestError(
+                f"max_tokens is {max_tokens}; this daemon allows at most {limit}",
+                param="max_tokens",
+            )
+        stops = body.stop_list()
+        if len(stops) > self.profile.limits.max_stop:
+            raise RequestError(f"at most {self.profile.limits.max_stop} stop strings", param="stop")
+        temperature = body.temperature
+        if temperature is None:
+            temperature = defaults.chat_temperature if chat else defaults.temperature
+        return SamplingParams(
+            max_tokens=max_tokens,
+            temperature=temperature,
+            top_p=body.top_p if body.top_p is not None else defaults.top_p,
+            seed=body.seed,
+            stop=tuple(dict.fromkeys([*stops, *built.stop])),
+            stop_token_ids=built.stop_token_ids,
+            ignore_eos=body.ignore_eos,
+        )
+
+    def check_context(self, built: BuiltPrompt) -> None:
+        if built.ids is None:
+            return
+        n = len(built.ids)
+        if n == 0:
+            raise RequestError("the prompt is empty", param="prompt")
+        limit = self.engine.context_length
+        if n >= limit:
+            raise ContextLengthExceeded(
+                f"the prompt has {n} tokens but this model's context is {limit} tokens; "
+                "shorten the prompt",
+                param="prompt",
+            )
+
+    def request(
+        self,
+        built: BuiltPrompt,
+        sampling: SamplingParams,
+        priority: str | None,
+        default: Priority,
+        json_schema: dict | None = None,
+    ) -> GenerationRequest:
+        self.check_context(built)
+        return GenerationRequest(
+            prompt=built.text,
+            prompt_ids=built.ids,
+            sampling=sampling,
+            priority=Priority.parse(priority) if priority else default,
+            json_schema=json_schema,
+        )

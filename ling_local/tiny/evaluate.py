@@ -1,0 +1,253 @@
+"""FIM quality and draft acceptance, with plain transformers models and a small greedy loop.
+
+Metrics, per example, after stripping trailing whitespace from both strings:
+- exact match: prediction == middle;
+- edit similarity: 1 - Levenshtein(prediction, middle) / max(len), characters, exact distance.
+
+Generation: greedy, batched with left padding and a KV cache; stops at ``<|endoftext|>``
+(and, for single-line examples, at the first token holding a newline; the text is then cut at
+that newline). At most 48 new tokens for single-line, 128 for multi-line examples.
+
+Acceptance length of a draft for a block size k (exact for greedy speculative decoding): along
+the target's own greedy continuation c_0..c_{n-1} of a prompt (teacher forcing), let t_j and d_j
+be the target's and the draft's argmax at position j, and m_j the number of consecutive
+positions from j on where d == t. A block started at j accepts ``min(m_j + 1, k + 1, n - j)``
+tokens (k drafted tokens at most, plus the target's own token; never past the end). Reported:
+the mean over every position j of every continuation.
+"""
+
+from __future__ import annotations
+
+import inspect
+import time
+from collections.abc import Callable, Sequence
+
+import torch
+from tokenizers import Tokenizer
+
+from ling_local.tiny.tokenizer import EOT_ID, FimMode, decode, encode, fim_prompt
+
+MAX_NEW = {"single": 48, "multi": 128}
+
+
+def levenshtein(a: str, b: str) -> int:
+    """Exact edit distance (Myers/Hyyrö bit-parallel algorithm on Python integers)."""
+    if not a:
+        return len(b)
+    if not b:
+        return len(a)
+    peq: dict[str, int] = {}
+    for i, c in enumerate(a):
+        peq[c] = peq.get(c, 0) | (1 << i)
+    mask = (1 << len(a)) - 1
+    high = 1 << (len(a) - 1)
+    pv, mv, score = mask, 0, len(a)
+    for c in b:
+        eq = peq.get(c, 0)
+        xv = eq | mv
+        xh = (((eq & pv) + pv) ^ pv) | eq
+        ph = mv | ~(xh | pv)
+        mh = pv & xh
+        if ph & high:
+            score += 1
+        elif mh & high:
+            score -= 1
+        ph = ((ph << 1) | 1) & mask
+        mh = (mh << 1) & mask
+        pv = (mh | ~(xv | ph)) & mask
+        mv = ph & xv
+    return score
+
+
+def edit_similarity(pred: str, ref: str) -> float:
+    pred, ref = pred.rstrip(), ref.rstrip()
+    if not pred and not ref:
+        return 1.0
+    return 1.0 - levenshtein(pred, ref) / max(len(pred), len(ref))
+
+
+def exact_match(pred: str, ref: str) -> bool:
+    return pred.rstrip() == ref.rstrip()
+
+
+def newline_token_ids(tok: Tokenizer) -> set[int]:
+    return {i for i in range(tok.get_vocab_size()) if "\n" in decode(tok, [i])}
+
+
+def _cache_keyword(model: torch.nn.Module) -> str:
+    """transformers renamed ``past_key_values`` to ``cache`` (in and out) in 5.2x."""
+    params = inspect.signature(model.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+@torch.inference_mode()
+def greedy_batch(
+    model: torch.nn.Module,
+    prompts: Sequence[list[int]],
+    max_new: int,
+    stop_ids: set[int],
+    device: str | torch.device,
+) -> list[list[int]]:
+    """Greedy continuations of ``prompts`` (left-padded into one batch), each ending at its
+    first stop token (included) or after ``max_new`` tokens."""
+    n, width = len(prompts), max(len(p) for p in prompts)
+    ids = torch.full((n, width), EOT_ID, dtype=torch.long)
+    mask = torch.zeros((n, width), dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
+    ids, mask = ids.to(device), mask.to(device)
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+    cache_kw = _cache_keyword(model)
+    out = model(
+        input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1
+    )
+    stop = torch.tensor(sorted(stop_ids), device=device)
+    done = torch.zeros(n, dtype=torch.bool, device=device)
+    steps: list[torch.Tensor] = []
+    for _ in range(max_new):
+        nxt = out.logits[:, -1].argmax(-1)
+        nxt = torch.where(done, EOT_ID, nxt)
+        steps.append(nxt)
+        done |= torch.isin(nxt, stop)
+        if bool(done.all()):
+            break
+        mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=device)], dim=1)
+        pos = pos[:, -1:] + 1
+        cache = {cache_kw: out[cache_kw]}
+        out = model(
+            input_ids=nxt[:, None], attention_mask=mask, position_ids=pos, use_cache=True, **cache
+        )
+    gen = torch.stack(steps, dim=1).tolist()
+    results = []
+    for row in gen:
+        cut = next((j + 1 for j, t in enumerate(row) if t in stop_ids), len(row))
+        results.append(row[:cut])
+    return results
+
+
+def _batches(order: list[int], size: int) -> list[list[int]]:
+    return [order[i : i + size] for i in range(0, len(order), size)]
+
+
+def model_predictor(
+    model: torch.nn.Module,
+    tok: Tokenizer,
+    device: str | torch.device,
+    mode: FimMode = "psm",
+    batch_size: int = 16,
+    record: dict | None = None,
+) -> Callable[[list[dict]], list[str]]:
+    """A function from examples of one kind to predicted middles; ``record[kind]`` receives
+    the (prompt ids, generated ids) when given."""
+    newline_ids = newline_token_ids(tok)
+
+    def predict(examples: list[dict]) -> list[str]:
+        kind = examples[0]["kind"]
+        stop = {EOT_ID} | (newline_ids if kind == "single" else set())
+        prompts = [
+            fim_prompt(encode(tok, e["prefix"]), encode(tok, e["suffix"]), mode) for e in examples
+        ]
+        gens: list[list[int]] = [[] for _ in examples]
+        order = sorted(range(len(examples)), key=lambda i: len(prompts[i]))
+        for batch in _batches(order, batch_size):
+            outs = greedy_batch(model, [prompts[i] for i in batch], MAX_NEW[kind], stop, device)
+            for i, o in zip(batch, outs, strict=True):
+                gens[i] = o
+        texts = []
+        for g in gens:
+            text = decode(tok, [t for t in g if t != EOT_ID])
+            texts.append(text.split("\n", 1)[0] if kind == "single" else text)
+        if record is not None:
+            record[kind] = (prompts, gens)
+        return texts
+
+    return predict
+
+
+def repeat_previous_line(example: dict) -> str:
+    """Baseline: the previous non-blank line, from the cursor's column on (single-line), or
+    repeated once as a whole line (multi-line)."""
+    head, _, current = example["prefix"].rpartition("\n")
+    prev = next((line for line in reversed(head.split("\n")) if line.strip()), "")
+    if example["kind"] == "single":
+        return prev[len(current) :]
+    return prev + "\n"
+
+
+def score(preds: list[str], examples: list[dict]) -> dict[str, float]:
+    n = len(examples)
+    em = sum(exact_match(p, e["middle"]) for p, e in zip(preds, examples, strict=True))
+    es = sum(edit_similarity(p, e["middle"]) for p, e in zip(preds, examples, strict=True))
+    return {"n": n, "exact_match": em / n, "edit_similarity": es / n}
+
+
+def evaluate_system(
+    predict: Callable[[list[dict]], list[str]], examples: list[dict]
+) -> dict[str, dict[str, float]]:
+    """Scores per kind ("single", "multi") and overall, with the seconds taken."""
+    result: dict[str, dict[str, float]] = {}
+    all_preds: list[str] = []
+    all_examples: list[dict] = []
+    for kind in ("single", "multi"):
+        subset = [e for e in examples if e["kind"] == kind]
+        if not subset:
+            continue
+        t0 = time.perf_counter()
+        preds = predict(subset)
+        result[kind] = {**score(preds, subset), "seconds": time.perf_counter() - t0}
+        all_preds += preds
+        all_examples += subset
+    result["all"] = score(all_preds, all_examples)
+    return result
+
+
+@torch.inference_mode()
+def argmax_along(
+    model: torch.nn.Module, seqs: Sequence[list[int]], device: str | torch.device, batch: int = 16
+) -> list[list[int]]:
+    """Teacher-forced argmax at every position of each sequence (right-padded batches)."""
+    out: list[list[int]] = []
+    for i in range(0, len(seqs), batch):
+        chunk = seqs[i : i + batch]
+        width = max(len(s) for s in chunk)
+        ids = torch.full((len(chunk), width), EOT_ID, dtype=torch.long)
+        for r, s in enumerate(chunk):
+            ids[r, : len(s)] = torch.tensor(s)
+        logits = model(input_ids=ids.to(device)).logits
+        arg = logits.argmax(-1).tolist()
+        out.extend(a[: len(s)] for a, s in zip(arg, chunk, strict=True))
+    return out
+
+
+def acceptance_lengths(
+    target: torch.nn.Module,
+    draft: torch.nn.Module,
+    prompts: Sequence[list[int]],
+    continuations: Sequence[list[int]],
+    device: str | torch.device,
+    ks: Sequence[int] = (4, 8),
+) -> dict[str, float]:
+    """Mean accepted tokens per target step for each block size k (see the module docstring),
+    plus the draft's top-1 agreement with the target on those positions."""
+    pairs = [(p, c) for p, c in zip(prompts, continuations, strict=True) if c]
+    seqs = [p + c[:-1] for p, c in pairs]  # position len(p)-1+j predicts c_j
+    t_arg = argmax_along(target, seqs, device)
+    d_arg = argmax_along(draft, seqs, device)
+    totals = dict.fromkeys(ks, 0)
+    positions = agree = 0
+    for (p, c), ta, da in zip(pairs, t_arg, d_arg, strict=True):
+        start = len(p) - 1
+        match = [ta[start + j] == da[start + j] for j in range(len(c))]
+        run = [0] * (len(c) + 1)
+        for j in range(len(c) - 1, -1, -1):
+            run[j] = run[j + 1] + 1 if match[j] else 0
+        for j in range(len(c)):
+            for k in ks:
+                totals[k] += min(run[j] + 1, k + 1, len(c) - j)
+        positions += len(c)
+        agree += sum(match)
+    result = {f"k{k}": totals[k] / max(positions, 1) for k in ks}
+    result["top1_agreement"] = agree / max(positions, 1)
+    result["positions"] = positions
+    return result
