@@ -1,0 +1,46 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.support import (
+    SHIPPED_TINY,
+    DaemonProcess,
+    shipped_model_available,
+    start_daemon,
+    write_profile,
+)
+
+
+@pytest.fixture(autouse=True)
+def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+                   ) -> None:
+    """No test ever touches the real ~/.config or ~/.local: everything goes to a tmp home."""
+    monkeypatch.setenv("LING_LOCAL_HOME", str(tmp_path_factory.mktemp("home")))
+    for var in ("LING_LOCAL_URL", "LING_LOCAL_TOKEN"):
+        monkeypatch.delenv(var, raising=False)
+
+
+@pytest.fixture(scope="session")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shipped tiny model when present, else a small random-weight Llama."""
+    if shipped_model_available():
+        return SHIPPED_TINY
+    from ling_local.bench.random_model import build_random_llama
+
+    return build_random_llama(tmp_path_factory.mktemp("model"), vocab_size=1024,
+                              hidden_size=64, num_layers=2)
+
+
+@pytest.fixture(scope="session")
+def profile_path(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_profile(tmp_path_factory.mktemp("profiles") / "test.toml", str(model_dir))
+
+
+@pytest.fixture(scope="session")
+def daemon(profile_path: Path, tmp_path_factory: pytest.TempPathFactory) -> DaemonProcess:
+    """One real daemon (uvicorn, loopback TCP) shared by the session's tests."""
+    d = start_daemon(profile_path, tmp_path_factory.mktemp("daemon-home"))
+    yield d
+    d.stop()
