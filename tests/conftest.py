@@ -61,3 +61,22 @@ def app_client(profile_path: Path):
         app, base_url="http://127.0.0.1:8741", headers={"Authorization": "Bearer test-token"}
     ) as client:
         yield client
+
+
+@pytest.fixture(scope="session")
+def draft_dir(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shipped draft next to the shipped model, else a smaller random Llama with the
+    same tokenizer as the random `model_dir`."""
+    shipped = SHIPPED_TINY.parent / "tiny-draft"
+    if model_dir == SHIPPED_TINY and (shipped / "config.json").is_file():
+        return shipped
+    from ling_local.bench.random_model import build_random_llama
+
+    return build_random_llama(
+        tmp_path_factory.mktemp("draft"),
+        vocab_size=1024,
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        seed=1,
+    )
