@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -154,37 +155,57 @@ def _matching(reference: list[int] | None, tokens: list[int]) -> str:
 
 
 # --------------------------------------------------------------------------- baselines
+class _Stamps:
+    """A transformers streamer that only records when each new token arrives."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self._prompt_seen = False
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self._prompt_seen:  # generate() hands the prompt over first
+            self._prompt_seen = True
+            return
+        self.times.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+
 def hf_generate(
     model: Any, prompt: list[int], new_tokens: int, repeats: int, static: bool = False
 ) -> tuple[Row, list[int]]:
-    device = model.device
-    ids = torch.tensor([prompt], device=device)
-    kw: dict[str, Any] = dict(do_sample=False, min_new_tokens=new_tokens, pad_token_id=0)
+    """transformers' own generate loop; token times from a streamer (generate syncs every
+    step anyway to check its stopping criteria)."""
+    ids = torch.tensor([prompt], device=model.device)
+    kw: dict[str, Any] = dict(
+        do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=0
+    )
     if static:
         kw["cache_implementation"] = "static"
 
-    def run(n: int) -> tuple[float, torch.Tensor]:
-        _sync(device)
+    def run() -> tuple[float, float, torch.Tensor]:
+        stamps = _Stamps()
+        _sync(model.device)
         t0 = time.perf_counter()
-        out = model.generate(ids, max_new_tokens=n, **{**kw, "min_new_tokens": n})
-        _sync(device)
-        return time.perf_counter() - t0, out
+        out = model.generate(ids, streamer=stamps, **kw)
+        times = stamps.times
+        return (times[0] - t0, (times[-1] - times[0]) / (len(times) - 1), out)
 
     t_warm = time.perf_counter()
-    run(new_tokens)  # warm-up (compiles the static-cache path)
+    run()  # warm-up (compiles the static-cache path)
     warm = time.perf_counter() - t_warm
-    firsts, totals, out = [], [], None
-    for _ in range(repeats):
-        firsts.append(run(1)[0])
-        total, out = run(new_tokens)
-        totals.append(total)
-    ttft = statistics.median(firsts)
-    tpots = [(t - ttft) / (new_tokens - 1) * 1e3 for t in totals]
+    runs = [run() for _ in range(repeats)]
+    tpots = [r[1] * 1e3 for r in runs]
     name = "transformers generate, static cache" if static else "transformers generate, eager"
     row = Row(
-        name, statistics.median(tpots), ttft * 1e3, note=f"warm-up {warm:.0f}s", runs_ms=tpots
+        name,
+        statistics.median(tpots),
+        statistics.median(r[0] for r in runs) * 1e3,
+        note=f"warm-up {warm:.0f}s",
+        runs_ms=tpots,
     )
-    return row, out[0, len(prompt) :].tolist()
+    return row, runs[-1][2][0, len(prompt) :].tolist()
 
 
 async def _engine_stream(
@@ -198,14 +219,14 @@ async def _engine_stream(
         priority=Priority.COMPLETION,
         sampling=SamplingParams(max_tokens=new_tokens, ignore_eos=True),
     )
-    stamps, text, last = [], [], None
+    stamps, ids, last = [], [], None
     t0 = time.perf_counter()
     async for delta in engine.stream(request):
         now = time.perf_counter() - t0
-        stamps.extend([now] * max(delta.n_tokens, 1 if delta.text else 0))
-        text.append(delta.text)
+        stamps.extend([now] * delta.n_tokens)
+        ids.extend(delta.token_ids)
         last = delta
-    return stamps, "".join(text), last.stats
+    return stamps, ids, last.stats
 
 
 def ours(
@@ -249,13 +270,12 @@ def ours(
         await engine.start()
         await _engine_stream(engine, prompt, min(new_tokens, 32))  # capture/compile
         warm = time.perf_counter() - t0
-        tpots, ttfts, text, stats = [], [], "", None
+        tpots, ttfts, ids, stats = [], [], [], None
         for _ in range(repeats):
             engine.decoder.cache.clear()  # cold prompt each time, like the baselines
-            stamps, text, stats = await _engine_stream(engine, prompt, new_tokens)
+            stamps, ids, stats = await _engine_stream(engine, prompt, new_tokens)
             ttfts.append(stamps[0] * 1e3)
             tpots.append((stamps[-1] - stamps[0]) / (len(stamps) - 1) * 1e3)
-        ids = engine.tokenizer.encode(text)
         extra = {"accept_length": stats.accept_length, "verify_steps": stats.verify_steps}
         await engine.stop()
         note = f"start+warm-up {warm:.0f}s"
@@ -329,7 +349,11 @@ def run_engine_bench(
     dev = torch.device(device)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model_dir = Path(model) if model else build_bench_model(out / "bench-model", dev, LLAMA_1B)
+    model_dir = (
+        Path(model)
+        if model
+        else build_bench_model(Path(tempfile.gettempdir()) / "ling-bench-llama-1b", dev, LLAMA_1B)
+    )
     torch.manual_seed(1)
     hf = (
         AutoModelForCausalLM.from_pretrained(
