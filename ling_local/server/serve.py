@@ -13,7 +13,7 @@ import uvicorn
 
 from ling_local import discovery
 from ling_local.config import Profile
-from ling_local.engines.base import EngineState
+from ling_local.engines.base import Engine, EngineState
 from ling_local.errors import ConfigError
 from ling_local.server.app import create_app
 from ling_local.server.security import is_loopback_address
@@ -81,8 +81,11 @@ class _Server(uvicorn.Server):
 
 def _bind_tcp(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # proto=IPPROTO_TCP, or asyncio leaves Nagle on for accepted connections (it only sets
+    # TCP_NODELAY when sock.proto says TCP), and SSE chunks then wait for delayed ACKs.
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind((host.strip("[]"), port))
     except OSError as err:
@@ -111,14 +114,21 @@ def run_daemon(
     allowed_origins: Sequence[str] = (),
     allowed_hosts: Sequence[str] = (),
     log_level: str = "info",
+    engine: Engine | None = None,
 ) -> None:
+    """Serve `profile` until SIGTERM/SIGINT. `engine` replaces the profile's engine (only the
+    benchmark token source of `ling-local bench overhead` passes one)."""
     sockets = None
     if uds is None:
         check_bind(host, allow_remote)
         sockets = [_bind_tcp(host, port)]  # fail now, before the model loads
     token = discovery.ensure_token()
     app = create_app(
-        profile, token=token, allowed_origins=allowed_origins, allowed_hosts=allowed_hosts
+        profile,
+        token=token,
+        engine=engine,
+        allowed_origins=allowed_origins,
+        allowed_hosts=allowed_hosts,
     )
     if uds is not None and os.path.exists(uds):
         os.unlink(uds)  # a stale socket from a crashed daemon
