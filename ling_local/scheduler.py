@@ -128,7 +128,8 @@ class Scheduler:
 
     async def _wait_admitted(self, ticket: _Ticket) -> None:
         try:
-            await asyncio.wait_for(ticket.admitted.wait(), self.settings.queue_timeout_s)
+            if not ticket.admitted.is_set():  # the usual case is admitted at once: no timer
+                await asyncio.wait_for(ticket.admitted.wait(), self.settings.queue_timeout_s)
         except TimeoutError:
             raise EngineNotReady(
                 f"waited {self.settings.queue_timeout_s:.0f}s for the engine; it is busy"
