@@ -73,6 +73,7 @@ async def list_models(request: Request) -> dict[str, Any]:
                 "owned_by": "ling-local",
                 "context_length": st.engine.context_length,
                 "max_model_len": st.engine.context_length,
+                "vocab_size": getattr(getattr(st.engine, "tokenizer", None), "vocab_size", None),
                 "engine": st.engine.kind,
                 "profile": st.profile.name,
             }
@@ -135,7 +136,7 @@ async def completions(request: Request) -> JSONResponse | StreamingResponse:
     )[:-1]
     if body.stream:
         return StreamingResponse(
-            _stream_completion(st, gen, body.supersede_key, head, body.include_usage),
+            _stream_completion(st, gen, body.supersede_key, head, _usage_mode(body)),
             media_type="text/event-stream",
             headers=_SSE_HEADERS,
         )
@@ -186,7 +187,7 @@ async def chat_completions(request: Request) -> JSONResponse | StreamingResponse
     )[:-1]
     if body.stream:
         return StreamingResponse(
-            _stream_chat(st, gen, body.supersede_key, head, body.include_usage),
+            _stream_chat(st, gen, body.supersede_key, head, _usage_mode(body)),
             media_type="text/event-stream",
             headers=_SSE_HEADERS,
         )
@@ -245,24 +246,41 @@ async def _collect(
     return work.result()
 
 
+_USAGE_LAST, _USAGE_EVERY_CHUNK = 1, 2
+
+
+def _usage_mode(body: CompletionRequest | ChatCompletionRequest) -> int:
+    """Bit set: a usage chunk at the end (include_usage), token counts on every chunk."""
+    return (_USAGE_LAST if body.include_usage else 0) | (
+        _USAGE_EVERY_CHUNK if body.continuous_usage else 0
+    )
+
+
+def _running_usage(prompt_tokens: int, generated: int) -> str:
+    return (
+        f',"usage":{{"prompt_tokens":{prompt_tokens},"completion_tokens":{generated},'
+        f'"total_tokens":{prompt_tokens + generated}}}'
+    )
+
+
 def _chunk(head: str, choice: str, extra: str = "") -> bytes:
     return b"data: " + f'{head},"choices":[{choice}]{extra}}}'.encode() + b"\n\n"
 
 
 async def _stream_completion(
-    st: DaemonState, gen: GenerationRequest, key: str | None, head: str, include_usage: bool
+    st: DaemonState, gen: GenerationRequest, key: str | None, head: str, usage: int
 ) -> AsyncIterator[bytes]:
     def choice(text: str, finish: str | None) -> str:
         return (
             f'{{"index":0,"text":{_dumps(text)},"logprobs":null,"finish_reason":{_dumps(finish)}}}'
         )
 
-    async for out in _relay(st, gen, key, head, include_usage, choice):
+    async for out in _relay(st, gen, key, head, usage, choice):
         yield out
 
 
 async def _stream_chat(
-    st: DaemonState, gen: GenerationRequest, key: str | None, head: str, include_usage: bool
+    st: DaemonState, gen: GenerationRequest, key: str | None, head: str, usage: int
 ) -> AsyncIterator[bytes]:
     first = True
 
@@ -275,35 +293,47 @@ async def _stream_chat(
             f'"finish_reason":{_dumps(finish)}}}'
         )
 
-    async for out in _relay(st, gen, key, head, include_usage, choice):
+    async for out in _relay(st, gen, key, head, usage, choice):
         yield out
 
 
 async def _relay(
-    st: DaemonState, gen: GenerationRequest, key: str | None, head: str, include_usage: bool, choice
+    st: DaemonState, gen: GenerationRequest, key: str | None, head: str, usage: int, choice
 ) -> AsyncIterator[bytes]:
     """Engine deltas -> SSE chunks. Runs until the stream ends or the client goes away;
     starlette cancels this generator on disconnect, and closing the scheduler stream then
     cancels the generation in the engine."""
+    every_chunk = usage & _USAGE_EVERY_CHUNK
+    prompt_tokens = len(gen.prompt_ids or ())
+    generated = 0
     try:
         async with aclosing(st.scheduler.stream(gen, key=key)) as deltas:
             async for delta in deltas:
                 if delta.finish_reason is None:
-                    yield _chunk(head, choice(delta.text, None))
+                    extra = ""
+                    if every_chunk:
+                        generated += delta.n_tokens
+                        extra = _running_usage(prompt_tokens, generated)
+                    yield _chunk(head, choice(delta.text, None), extra)
                     continue
                 if (err := _finish_error(delta)) is not None:
                     yield _error_event(err.message, err.error_type)
                     return
                 stats = delta.stats.as_dict() if delta.stats else None
-                yield _chunk(
-                    head, choice(delta.text, delta.finish_reason), f',"ling":{_dumps(stats)}'
-                )
-                if include_usage:
-                    yield (
+                extra = f',"ling":{_dumps(stats)}'
+                if every_chunk:
+                    extra += f',"usage":{_dumps(_usage(delta.stats))}'
+                tail = _chunk(head, choice(delta.text, delta.finish_reason), extra)
+                if usage & _USAGE_LAST:
+                    tail += (
                         b"data: "
                         + f'{head},"choices":[],"usage":{_dumps(_usage(delta.stats))}}}'.encode()
                         + b"\n\n"
                     )
+                # One write for the last text, the usage and [DONE]: a socket write (and
+                # the client's wake-up) per event is the relay's main cost.
+                yield tail + _DONE
+                return
         yield _DONE
     except LingLocalError as err:
         yield _error_event(err.message, err.error_type)

@@ -20,6 +20,9 @@ class _Body(BaseModel):
 
 class StreamOptions(_Body):
     include_usage: StrictBool = False
+    continuous_usage_stats: StrictBool = False
+    """vLLM/SGLang extension: token counts so far on every chunk (benchmarks use it to
+    spread inter-token latency over the tokens of a multi-token chunk)."""
 
 
 class _Common(_Body):
@@ -57,6 +60,10 @@ class _Common(_Body):
     @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
+
+    @property
+    def continuous_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.continuous_usage_stats)
 
 
 class CompletionRequest(_Common):

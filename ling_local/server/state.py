@@ -69,13 +69,16 @@ class DaemonState:
         temperature = body.temperature
         if temperature is None:
             temperature = defaults.chat_temperature if chat else defaults.temperature
+        # ignore_eos (benchmarks) means exactly max_tokens tokens: the prompt format's own
+        # end markers go too; only stop strings the request itself gives still apply.
+        implicit_stop = () if body.ignore_eos else built.stop
         return SamplingParams(
             max_tokens=max_tokens,
             temperature=temperature,
             top_p=body.top_p if body.top_p is not None else defaults.top_p,
             seed=body.seed,
-            stop=tuple(dict.fromkeys([*stops, *built.stop])),
-            stop_token_ids=built.stop_token_ids,
+            stop=tuple(dict.fromkeys([*stops, *implicit_stop])),
+            stop_token_ids=() if body.ignore_eos else built.stop_token_ids,
             ignore_eos=body.ignore_eos,
         )
 
