@@ -58,7 +58,7 @@ def _drive(run, jsonl: bool) -> None:
     from rich.console import Console
 
     from ling_local.agents.display import ChainDisplay, format_output
-    from ling_local.agents.events import ChainFinished, event_to_json
+    from ling_local.agents.events import ChainError, ChainFinished, event_to_json
 
     console = Console(stderr=not jsonl)
     last = None
@@ -73,7 +73,11 @@ def _drive(run, jsonl: bool) -> None:
                 for event in run.events():
                     display.handle(event)
                     last = event
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # the run has already stopped its generation and logged itself
+        if jsonl:
+            index = getattr(last, "index", -1)
+            cancelled = ChainError(index, "cancelled by Ctrl-C", "cancelled")
+            sys.stdout.write(event_to_json(cancelled) + "\n")
         typer.secho(
             f"cancelled; resume with `ling-local chain resume {run.run_id}`",
             fg=typer.colors.YELLOW,
