@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import threading
 
 import pytest
 
@@ -136,6 +137,23 @@ async def test_cancel_mid_step_stops_the_generation_in_the_daemon(
     assert record.status == "cancelled" and record.steps == []
 
 
+def test_sync_run_is_cancelled_from_another_thread(daemon: DaemonProcess, run_log: RunLog) -> None:
+    chain = Chain("cancel", [Prompt("essay", "Write an essay.", max_tokens=400, options=LONG)])
+    with daemon.client() as client:
+        run = chain.start(client=client, run_log=run_log)
+        events = []
+        for event in run.events():
+            events.append(event)
+            if isinstance(event, Token) and len(events) == 3:
+                worker = threading.Thread(target=run.cancel)  # e.g. a UI thread
+                worker.start()
+                worker.join()
+    assert isinstance(events[-1], ChainError) and events[-1].error_type == "cancelled"
+    assert isinstance(run.error, ChainCancelled)
+    assert wait_idle(daemon, timeout=5).engine_running == 0
+    assert sum(isinstance(e, Token) for e in events) < 400
+
+
 def test_step_timeout_stops_the_step_and_its_generation(
     daemon: DaemonProcess, run_log: RunLog
 ) -> None:
@@ -216,3 +234,11 @@ def test_missing_input_is_named_before_anything_runs() -> None:
     assert chain.inputs == {"code", "lang"}
     with pytest.raises(ChainDefinitionError, match=r"needs the input 'code'.*step 'a'"):
         chain.start(lang="py")
+
+
+def test_public_surface() -> None:
+    import ling_local.agents as agents
+
+    assert sorted(agents.__all__) == sorted(agents._LAZY)
+    for name in agents.__all__:
+        assert getattr(agents, name) is not None
