@@ -35,6 +35,7 @@ from tests.agents.conftest import agent_requests, await_idle, metric, wait_idle
 from tests.support import DaemonProcess
 
 LONG = {"ignore_eos": True}  # generate until max_tokens, whatever the model says
+ESSAY = 1800  # tokens: long enough to be cancelled mid-way even on a fast engine
 
 
 def three_steps(seen: dict) -> Chain:
@@ -105,7 +106,9 @@ async def test_events_arrive_in_order(daemon: DaemonProcess, run_log: RunLog) ->
 async def test_cancel_mid_step_stops_the_generation_in_the_daemon(
     daemon: DaemonProcess, run_log: RunLog
 ) -> None:
-    chain = Chain("cancel", [Prompt("essay", "Write an essay.", max_tokens=400, options=LONG)])
+    chain = Chain(
+        "cancel", [Prompt("essay", "# An essay\n", mode="complete", max_tokens=ESSAY, options=LONG)]
+    )
     async with daemon.async_client() as client:
         before = await client.metrics()
         run = chain.astart(client=client, run_log=run_log)
@@ -132,13 +135,15 @@ async def test_cancel_mid_step_stops_the_generation_in_the_daemon(
         before, "ling_cancelled_tokens_total"
     )
     assert cancelled == 1
-    assert 0 < wasted < 400  # stopped well before max_tokens
+    assert 0 < wasted < ESSAY  # stopped before max_tokens
     record = run_log.get(run.run_id)
     assert record.status == "cancelled" and record.steps == []
 
 
 def test_sync_run_is_cancelled_from_another_thread(daemon: DaemonProcess, run_log: RunLog) -> None:
-    chain = Chain("cancel", [Prompt("essay", "Write an essay.", max_tokens=400, options=LONG)])
+    chain = Chain(
+        "cancel", [Prompt("essay", "# An essay\n", mode="complete", max_tokens=ESSAY, options=LONG)]
+    )
     with daemon.client() as client:
         run = chain.start(client=client, run_log=run_log)
         events = []
@@ -151,19 +156,23 @@ def test_sync_run_is_cancelled_from_another_thread(daemon: DaemonProcess, run_lo
     assert isinstance(events[-1], ChainError) and events[-1].error_type == "cancelled"
     assert isinstance(run.error, ChainCancelled)
     assert wait_idle(daemon, timeout=5).engine_running == 0
-    assert sum(isinstance(e, Token) for e in events) < 400
+    assert sum(isinstance(e, Token) for e in events) < ESSAY
 
 
 def test_step_timeout_stops_the_step_and_its_generation(
     daemon: DaemonProcess, run_log: RunLog
 ) -> None:
-    chain = Chain("slow", [Prompt("essay", "Write.", max_tokens=1000, timeout=0.5, options=LONG)])
+    step = Prompt(
+        "essay", "# Essay\n", mode="complete", max_tokens=ESSAY, timeout=0.05, options=LONG
+    )
     with daemon.client() as client:
-        run = chain.start(client=client, run_log=run_log)
-        with pytest.raises(StepTimeout, match=r"timeout of 0\.5s"):
+        run = Chain("slow", [step]).start(client=client, run_log=run_log)
+        with pytest.raises(StepTimeout, match=r"timeout of 0\.05s"):
             run.result()
+        wasted = metric(client.metrics(), "ling_cancelled_tokens_total")
     wait_idle(daemon, timeout=5)
     assert run_log.get(run.run_id).status == "failed"
+    assert wasted < ESSAY
 
 
 def test_failed_step_resumes_without_rerunning_finished_ones(

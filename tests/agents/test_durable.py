@@ -17,13 +17,16 @@ from tests.agents.conftest import agent_requests, metric, wait_idle
 from tests.support import REPO, DaemonProcess, child_env
 
 CHAIN_FILE = """
+import os
+
 from ling_local.agents import Chain, Prompt
 
 inputs = {"topic": "a stack class"}
 
 chain = Chain("durable", [
     Prompt("outline", "Outline {{ topic }}.", max_tokens=4),
-    Prompt("draft", "Write {{ topic }} from: {{ outline }}", max_tokens=160,
+    Prompt("draft", "# {{ topic }}: {{ outline }}\\n", mode="complete",
+           max_tokens=int(os.environ.get("DRAFT_TOKENS", "1800")),
            options={"ignore_eos": True}),
     Prompt("title", "A title for: {{ draft }}", max_tokens=4),
 ])
@@ -35,8 +38,8 @@ def runner_home(tmp_path: Path) -> Path:
     return tmp_path / "runner-home"
 
 
-def start_cli(daemon: DaemonProcess, home: Path, *args: str) -> subprocess.Popen:
-    env = child_env(home, LING_LOCAL_URL=daemon.url, LING_LOCAL_TOKEN=daemon.token)
+def start_cli(daemon: DaemonProcess, home: Path, *args: str, **env_extra: str) -> subprocess.Popen:
+    env = child_env(home, LING_LOCAL_URL=daemon.url, LING_LOCAL_TOKEN=daemon.token, **env_extra)
     return subprocess.Popen(
         [sys.executable, "-m", "ling_local", "chain", *args, "--jsonl"],
         stdout=subprocess.PIPE,
@@ -94,7 +97,8 @@ def test_killed_runner_resumes_without_recomputing_finished_steps(
     assert outline_row.output == outline and outline_row.finished < killed_at
 
     before = agent_requests(daemon)
-    resume = start_cli(daemon, runner_home, "resume", run_id)
+    # The file is loaded again on resume; a short draft this time keeps the test quick.
+    resume = start_cli(daemon, runner_home, "resume", run_id, DRAFT_TOKENS="8")
     out, err = resume.communicate(timeout=120)
     assert resume.returncode == 0, err
     resumed = [json.loads(line) for line in out.splitlines()]

@@ -58,8 +58,6 @@ def test_complete_chat_and_stream_chat(llm, daemon: DaemonProcess) -> None:
     chunks = list(llm.stream_chat(messages))
     assert chunks
     assert "".join(c.delta or "" for c in chunks) == chunks[-1].message.content
-    # the temperature defaults to 0, so the streamed answer equals the whole one
-    assert chunks[-1].message.content == reply.message.content
     assert agent_requests(daemon) - before == 3  # scheduled behind keystrokes and chat
 
 
