@@ -89,7 +89,6 @@ class ChainDisplay:
             row = self.rows[event.index]
             row.status, row.started, self.current_text = "running", time.perf_counter(), ""
         elif isinstance(event, Token):
-            self.rows[event.index].tokens += 1
             self.current_text += event.text
         elif isinstance(event, StepRetry):
             row = self.rows[event.index]
@@ -97,7 +96,7 @@ class ChainDisplay:
         elif isinstance(event, StepFinished):
             row = self.rows[event.index]
             row.status, row.seconds, row.note = "done", event.seconds, ""
-            row.tokens = event.completion_tokens or row.tokens
+            row.tokens = event.completion_tokens
         elif isinstance(event, ChainError) and 0 <= event.index < len(self.rows):
             row = self.rows[event.index]
             row.status, row.note = "failed", event.message
@@ -107,13 +106,13 @@ class ChainDisplay:
 
     def __rich__(self) -> RenderableType:
         table = Table(box=None, show_header=True, header_style="bold", pad_edge=False)
-        for column in ("", "step", "tokens", "time", "note"):
+        for column in ("", "step", "out", "time", "note"):
             table.add_column(column, overflow="fold")
         for row in self.rows:
             table.add_row(
                 _icon(row.status),
                 row.name,
-                str(row.tokens) if row.tokens else "",
+                _amount(row, len(self.current_text)),
                 _seconds(row),
                 Text(row.note[:120], style="dim"),
             )
@@ -134,6 +133,15 @@ def _icon(status: str) -> RenderableType:
         "skipped": Text("↷", style="blue"),
         "failed": Text("✗", style="red"),
     }[status]
+
+
+def _amount(row: _Row, streamed_chars: int) -> str:
+    """Tokens once the daemon has counted them; characters streamed so far before that."""
+    if row.status == "done" and row.tokens:
+        return f"{row.tokens} tok"
+    if row.status == "running" and streamed_chars:
+        return f"{streamed_chars} ch"
+    return ""
 
 
 def _seconds(row: _Row) -> str:

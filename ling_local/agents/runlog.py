@@ -120,11 +120,24 @@ class RunLog:
         source: str | None = None,
     ) -> None:
         now = time.time()
-        with self._db:
-            self._db.execute(
-                "INSERT INTO runs VALUES (?, ?, ?, ?, ?, 'running', NULL, ?, ?)",
-                (run_id, chain, source, json.dumps(step_names), _dumps(inputs, "inputs"), now, now),
-            )
+        try:
+            with self._db:
+                self._db.execute(
+                    "INSERT INTO runs VALUES (?, ?, ?, ?, ?, 'running', NULL, ?, ?)",
+                    (
+                        run_id,
+                        chain,
+                        source,
+                        json.dumps(step_names),
+                        _dumps(inputs, "inputs"),
+                        now,
+                        now,
+                    ),
+                )
+        except sqlite3.IntegrityError:
+            raise AgentError(
+                f"a run with id {run_id!r} already exists; resume it instead of starting it"
+            ) from None
 
     def step_finished(self, run_id: str, record: StepRecord) -> None:
         output = _dumps(record.output, f"the output of step {record.name!r}")
