@@ -46,7 +46,7 @@ class Generation:
     n_generated: int = 0
     decode_steps: int = 0
     """Target forward passes after the prefill (a verify step counts once)."""
-    unsent_tokens: int = 0
+    unsent_ids: list[int] = field(default_factory=list)
     pending_text: str = ""
     at_stop_string: bool = False
     done: bool = False
@@ -81,7 +81,7 @@ class Generation:
         if token in self.stop_ids:
             return "stop"
         self.n_generated += 1
-        self.unsent_tokens += 1
+        self.unsent_ids.append(token)
         self.next_token = token
         if self.history is not None:
             self.history.append(token)
@@ -93,8 +93,8 @@ class Generation:
             self.pending_text = text
             return "length"
         if text:
-            self._emit(Delta(text, self.unsent_tokens))
-            self.unsent_tokens = 0
+            self._emit(Delta(text, len(self.unsent_ids), token_ids=self.unsent_ids))
+            self.unsent_ids = []
         return None
 
     def finish(self, reason: FinishReason, error: str = "") -> None:
@@ -120,8 +120,8 @@ class Generation:
             stats.accept_length = round((self.n_generated - 1) / self.decode_steps, 3)
         if error:
             log.warning("%s: %s", self.request.request_id, error)
-        self._emit(Delta(text, self.unsent_tokens, reason, stats, error))
-        self.unsent_tokens = 0
+        self._emit(Delta(text, len(self.unsent_ids), reason, stats, error, self.unsent_ids))
+        self.unsent_ids = []
         if self.request.on_finish is not None:
             try:
                 self.request.on_finish(stats)

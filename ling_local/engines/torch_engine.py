@@ -263,9 +263,18 @@ class TorchEngine:
                 self._end(gen, reason)
 
     def _end(self, gen: Generation, reason: FinishReason, error: str = "") -> None:
+        """End a generation. Never raises: a stuck stream would hang its client."""
         assert self.decoder is not None
-        self.decoder.release(gen)
         with self._cond:
             if gen in self._active:
                 self._active.remove(gen)
-        gen.finish(reason, error)
+        try:
+            self.decoder.release(gen)
+            gen.finish(reason, error)
+        except Exception as err:
+            log.exception("ending %s failed", gen.request.request_id)
+            if not gen.done:
+                gen.done = True
+                gen.loop.call_soon_threadsafe(
+                    gen.queue.put_nowait, Delta("", 0, "error", gen.stats, f"engine error: {err}")
+                )
