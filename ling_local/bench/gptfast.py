@@ -109,9 +109,9 @@ def gptfast_tpot(
         pos = torch.tensor([len(prompt)], device=dev)
         out = [token.clone()]
         for _ in range(new_tokens - 1):
-            token = decode(token.view(1, 1), pos)
+            token = decode(token.view(1, 1), pos).clone()  # graph outputs get overwritten
             pos += 1
-            out.append(token.clone())
+            out.append(token)
         torch.cuda.synchronize()
         t_end = time.perf_counter()
         return t_first - t0, (t_end - t_first) / (new_tokens - 1), torch.cat(out).tolist()
