@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 
 from ling_local.agents.cli import chain_app
+from ling_local.bench.commands import bench_overhead, bench_serve
 from ling_local.errors import LingLocalError
 
 app = typer.Typer(
@@ -172,6 +173,10 @@ def bench_engine(
     if reuse and model:
         numbers = reuse_latency(__import__("pathlib").Path(model), device)
         typer.echo(json.dumps(numbers))
+
+
+bench_app.command("serve")(bench_serve)
+bench_app.command("overhead")(bench_overhead)
 
 
 def main() -> None:
