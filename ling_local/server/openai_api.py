@@ -135,7 +135,7 @@ async def completions(request: Request) -> JSONResponse | StreamingResponse:
         }
     )[:-1]
     if body.stream:
-        return StreamingResponse(
+        return _EventStream(
             _stream_completion(st, gen, body.supersede_key, head, _usage_mode(body)),
             media_type="text/event-stream",
             headers=_SSE_HEADERS,
@@ -186,7 +186,7 @@ async def chat_completions(request: Request) -> JSONResponse | StreamingResponse
         }
     )[:-1]
     if body.stream:
-        return StreamingResponse(
+        return _EventStream(
             _stream_chat(st, gen, body.supersede_key, head, _usage_mode(body)),
             media_type="text/event-stream",
             headers=_SSE_HEADERS,
@@ -210,6 +210,29 @@ async def chat_completions(request: Request) -> JSONResponse | StreamingResponse
             "ling": last.stats.as_dict() if last.stats else None,
         }
     )
+
+
+class _EventStream(StreamingResponse):
+    """An SSE response that starts the generation before it writes the response headers:
+    the relay's first step (scheduler admission, the engine taking the request) runs, then
+    the headers go out while the engine works on the first token. Starlette's order (headers
+    first, then the first step) put the header write and the client's wake-up before the
+    engine even started, on the critical path of every TTFT."""
+
+    async def stream_response(self, send: Any) -> None:
+        body = aiter(self.body_iterator)
+        first = asyncio.ensure_future(anext(body, None))
+        try:
+            await asyncio.sleep(0)  # let the first step run up to its first wait
+            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+            chunk = await first
+        finally:
+            if not first.done():  # the client went away during the first step
+                first.cancel()
+        while chunk is not None:
+            await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            chunk = await anext(body, None)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
 # --------------------------------------------------------------------------- relays
