@@ -104,6 +104,7 @@ def bench_overhead(
     burst: Annotated[int, typer.Option(help="Tokens per burst (one verify step).")] = 10,
     tokens: Annotated[int, typer.Option(help="Tokens per stream.")] = 2000,
     rounds: Annotated[int, typer.Option(help="Measured rounds (each runs every path).")] = 5,
+    probes: Annotated[int, typer.Option(help="Short TTFT probe streams per path and round.")] = 10,
     transports: Annotated[str, typer.Option(help="Comma list: tcp,uds.")] = "tcp,uds",
     endpoints: Annotated[str, typer.Option(help="Comma list: completions,chat.")] = (
         "completions,chat"
@@ -133,13 +134,16 @@ def bench_overhead(
             raise typer.BadParameter(f"choose from {', '.join(allowed)}", param_hint=name)
         return chosen
 
-    if period_ms <= 0 or burst < 1 or tokens < 2 or rounds < 1:
-        raise typer.BadParameter("--period-ms > 0, --burst ≥ 1, --tokens ≥ 2, --rounds ≥ 1")
+    if period_ms <= 0 or burst < 1 or tokens < 2 or rounds < 1 or probes < 1:
+        raise typer.BadParameter(
+            "--period-ms > 0, --burst ≥ 1, --tokens ≥ 2, --rounds ≥ 1, --probes ≥ 1"
+        )
     result = run_overhead(
         period_ms=period_ms,
         burst=burst,
         n_tokens=tokens,
         rounds=rounds,
+        probes=probes,
         transports=choose(transports, ("tcp", "uds"), "--transports"),
         endpoints=choose(endpoints, ("completions", "chat"), "--endpoints"),
         clients=choose(clients, ("raw", "sdk"), "--clients"),

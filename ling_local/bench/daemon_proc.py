@@ -54,7 +54,12 @@ class BenchDaemon:
             raise ValueError(f"unknown transport {transport!r}")
         self.transport = transport
         self.home = Path(tempfile.mkdtemp(prefix="ling-bench-"))
+        self.trace_file = self.home / "emissions.json"
+        self.emissions: dict[int, dict] = {}
+        """After `stop()`: when the token source started each marked stream and let each
+        burst go (see TokenSource.emissions)."""
         cmd = [sys.executable, "-m", "ling_local.bench.overhead_daemon", *cadence_args]
+        cmd += ["--trace-file", str(self.trace_file)]
         cmd += ["--uds", str(self.home / "d.sock")] if transport == "uds" else ["--port", "0"]
         env = {k: v for k, v in os.environ.items() if not k.startswith("LING_LOCAL_")}
         root = str(Path(ling_local.__file__).resolve().parents[1])
@@ -101,6 +106,11 @@ class BenchDaemon:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait(5)
+        try:
+            data = json.loads(self.trace_file.read_text())
+            self.emissions = {int(k): v for k, v in data.items()}
+        except (OSError, ValueError):
+            pass
         shutil.rmtree(self.home, ignore_errors=True)
 
     def __enter__(self) -> BenchDaemon:

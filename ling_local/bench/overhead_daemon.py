@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+from pathlib import Path
 
 from ling_local.bench.token_source import Cadence, TokenSource
 from ling_local.config import Profile, profile_from_dict
@@ -42,6 +43,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--period-ms", type=float, default=0.78)
     parser.add_argument("--burst", type=int, default=10)
     parser.add_argument("--first-token-ms", type=float, default=None)
+    parser.add_argument("--trace-file", default=None, help="write burst emission times here")
     parser.add_argument("--log-level", default="warning")
     args = parser.parse_args(argv)
     setup_logging("bench-overhead-daemon", args.log_level)
@@ -57,7 +59,7 @@ def main(argv: list[str] | None = None) -> None:
         port=args.port,
         uds=args.uds,
         log_level=args.log_level,
-        engine=TokenSource(cadence),
+        engine=TokenSource(cadence, trace_path=Path(args.trace_file) if args.trace_file else None),
     )
 
 

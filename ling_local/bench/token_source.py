@@ -10,19 +10,23 @@ no profile can name it (`engine.kind` does not allow it).
 
 Timing: bursts are due at fixed offsets from the start of the request (`Cadence`), so a
 late wake-up never shifts the bursts after it. The source sleeps with asyncio until each
-burst is due. asyncio rounds epoll timeouts up to the next millisecond, so a burst leaves
-0–1 ms after its due time; we accept that rather than busy-waiting the tail, because a spin
-would burn the daemon's CPU and spoil the CPU-per-token figure, and because the in-process
-baseline runs the same source with the same lateness, so it cancels out of every delta.
+burst is due. The loop's timers have millisecond granularity, so a burst leaves 0–1 ms
+after its due time; we accept that rather than busy-waiting the tail, because a spin would
+burn the daemon's CPU and spoil the CPU-per-token figure. The benchmark does not depend on
+it either: the source records when each burst actually left (`emissions`), and latencies
+are measured from there.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import math
+import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from ling_local.engines.base import (
     Delta,
@@ -33,7 +37,7 @@ from ling_local.engines.base import (
     GenerationStats,
 )
 
-__all__ = ["TOKEN_CHARS", "Cadence", "TokenSource", "count_tokens"]
+__all__ = ["TOKEN_CHARS", "Cadence", "TokenSource", "count_tokens", "marker"]
 
 # Every token is exactly TOKEN_CHARS characters, so a client counts the tokens of any chunk
 # from its text alone. They include characters JSON must escape and non-ASCII ones, like code.
@@ -42,8 +46,16 @@ _TOKENS = ("def ", "(x):", "\n   ", ' "a"', "\\n\t ", "é = ", "retu", "rn ;")
 _CYCLE = "".join(_TOKENS)
 
 
+_MARKER = re.compile(r"bench-(\d+)")
+
+
 def count_tokens(text: str) -> int:
     return len(text) // TOKEN_CHARS
+
+
+def marker(n: int) -> str:
+    """A prompt the source recognises, so its emissions can be matched to a request."""
+    return f"bench-{n}"
 
 
 def token_text(start: int, n: int) -> str:
@@ -93,24 +105,39 @@ class Cadence:
 
 
 class TokenSource:
-    """The `Engine` protocol over a `Cadence`: one request streams `max_tokens` tokens."""
+    """The `Engine` protocol over a `Cadence`: one request streams `max_tokens` tokens.
+
+    When a prompt carries a marker (``bench-<n>``), the source records when that stream
+    started and when it handed over each burst (`emissions`, by marker), so the benchmark
+    can tell what happened before the engine got the request and after it let a token go,
+    apart from the source's own timer jitter. `trace_path` writes them out at `stop()`."""
 
     kind = "bench-token-source"
     supports_preemption = False
     supports_concurrency = True
 
-    def __init__(self, cadence: Cadence | None = None, model_name: str = "token-source") -> None:
+    def __init__(
+        self,
+        cadence: Cadence | None = None,
+        model_name: str = "token-source",
+        trace_path: Path | None = None,
+    ) -> None:
         self.cadence = cadence or Cadence()
         self.model_name = model_name
         self.context_length = 1 << 20
         self.state = EngineState.STARTING
         self.running = 0
+        self.trace_path = trace_path
+        self.emissions: dict[int, dict] = {}
+        """marker -> {"start": t, "emits": [(t, tokens so far), ...]} (perf_counter)."""
 
     async def start(self) -> None:
         self.state = EngineState.READY
 
     async def stop(self) -> None:
         self.state = EngineState.STOPPED
+        if self.trace_path is not None:
+            self.trace_path.write_text(json.dumps(self.emissions))
 
     def health(self) -> EngineHealth:
         return EngineHealth(self.state, self.kind, self.model_name, running=self.running)
@@ -126,8 +153,9 @@ class TokenSource:
 
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
         t0 = time.perf_counter()
-        loop = asyncio.get_running_loop()
-        start = loop.time()  # asyncio's clock, for sleeping; perf_counter for the stats
+        emits: list[tuple[float, int]] = []
+        if (m := _MARKER.search(request.prompt)) is not None:
+            self.emissions[int(m.group(1))] = {"start": t0, "emits": emits}
         stats = GenerationStats(prompt_tokens=len(request.prompt_ids or ()))
         stats.queue_s = request.queue_s
         sent, finish = 0, None
@@ -135,8 +163,8 @@ class TokenSource:
         try:
             bursts = self.cadence.bursts(request.sampling.max_tokens)
             for i, (due, n) in enumerate(bursts):
-                delay = start + due - loop.time()
-                if delay > 0:
+                # perf_counter, not loop.time(): uvloop's clock ticks in whole milliseconds
+                while (delay := t0 + due - time.perf_counter()) > 0:
                     await asyncio.sleep(delay)
                 if request.cancelled:
                     finish = "cancelled"
@@ -144,8 +172,10 @@ class TokenSource:
                     return
                 text = token_text(sent, n)
                 sent += n
+                now = time.perf_counter()
+                emits.append((now, sent))
                 if i == 0:
-                    stats.ttft_s = time.perf_counter() - t0
+                    stats.ttft_s = now - t0
                 if i < len(bursts) - 1:
                     yield Delta(text, n)
                     continue

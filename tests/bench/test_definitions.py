@@ -1,5 +1,5 @@
 """The numbers the bench commands report follow their definitions (sglang.bench_serving's
-for TTFT/TPOT/ITL, the overhead benchmark's for lag and growth), checked on constructed
+for TTFT/TPOT/ITL, the overhead benchmark's for relay latency and growth), checked on constructed
 inputs whose answers follow from the definitions by hand."""
 
 from __future__ import annotations
@@ -53,20 +53,28 @@ def test_run_metrics_follow_sglang() -> None:
     assert m.errors == ["HTTP 500: boom"]
 
 
-def test_trace_lag_and_growth() -> None:
+def test_trace_relay_added_ttft_and_growth() -> None:
     cadence = Cadence(period_s=0.001, burst=10)
     bursts = cadence.bursts(101)
-    steady = Trace(
-        [(t + 0.002, sum(n for _, n in bursts[: i + 1])) for i, (t, _) in enumerate(bursts)],
-        end_s=bursts[-1][0] + 0.002,
-    )
-    assert steady.lags(cadence) == pytest.approx([0.002] * len(bursts))
-    assert steady.growth_s(cadence) == pytest.approx(0.0, abs=1e-12)
-    assert steady.tpot_s == pytest.approx((bursts[-1][0] - bursts[0][0]) / 100)
-    falling_behind = Trace(
-        [(t + 0.0005 * i, n) for i, (t, n) in enumerate(steady.arrivals)], end_s=1.0
-    )
-    assert falling_behind.growth_s(cadence) > 0.004
+    t0, start = 100.0, 100.0004  # the request reached the engine 0.4 ms after it was sent
+    emits = []
+    total = 0
+    for offset, n in bursts:
+        total += n
+        emits.append((start + offset + 0.0003, total))  # each burst left 0.3 ms late
+    # every chunk arrives 2 ms after its burst left the source
+    arrivals = [(t + 0.002 - t0, n) for t, n in emits]
+    steady = Trace(1, t0, arrivals, end_s=arrivals[-1][0])
+    steady.join({"start": start, "emits": emits})
+    assert steady.relay_s() == pytest.approx([0.002] * len(bursts))
+    assert steady.added_ttft_s == pytest.approx(0.0004 + 0.002)  # the source's wait is out
+    assert steady.growth_s() == pytest.approx(0.0, abs=1e-9)
+    assert steady.tpot_s == pytest.approx((emits[-1][0] - emits[0][0]) / 100)
+    assert steady.lags(cadence) == pytest.approx([0.0004 + 0.0003 + 0.002] * len(bursts))
+    behind = Trace(2, t0, [(t + 0.0005 * i, n) for i, (t, n) in enumerate(arrivals)], 1.0)
+    behind.join({"start": start, "emits": emits})
+    assert behind.growth_s() > 0.004
+    assert Trace(3, t0, arrivals, 1.0).added_ttft_s is None  # not joined: no claim
 
 
 def test_random_prompts_like_sglang() -> None:

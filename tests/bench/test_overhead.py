@@ -20,7 +20,7 @@ PATHS = {
 def test_overhead_report(tmp_path) -> None:
     out = tmp_path / "out"
     cmd = [sys.executable, "-m", "ling_local", "bench", "overhead", "--tokens", str(TOKENS)]
-    cmd += ["--rounds", "1", "--out", str(out), "--json", "--no-progress"]
+    cmd += ["--rounds", "1", "--probes", "3", "--out", str(out), "--json", "--no-progress"]
     proc = subprocess.run(
         cmd, env=child_env(tmp_path / "home"), cwd=REPO, capture_output=True, text=True, timeout=300
     )
@@ -34,9 +34,13 @@ def test_overhead_report(tmp_path) -> None:
     for c in [data["baseline"], *configs.values()]:
         assert c["all_tokens_arrived"] is True and c["tokens_per_stream"] == TOKENS
         assert c["chunks_per_stream"] == bursts  # one chunk per burst: nothing lost or split
-        assert c["ttft_ms"]["median"] > 0 and c["lag_growth_ms"]["n"] == 1
+        assert c["ttft_ms"]["median"] > 0 and c["relay_growth_ms"]["n"] == 1
+        # every chunk and probe was joined to the source's record of it (by prompt marker)
+        assert c["relay_ms"]["n"] == bursts and c["added_ttft_ms"]["n"] == c["ttft_probes"]
+        assert 0 < c["request_path_ms"]["median"] < c["ttft_ms"]["median"]
+    assert data["baseline"]["ttft_probes"] == 3 * len(PATHS)  # one alternate per probe
     for c in configs.values():
-        assert c["daemon_cpu_us_per_token"] > 0
+        assert c["ttft_probes"] == 3 and c["daemon_cpu_us_per_token"] > 0
         assert set(c["verdict"]) == {"tpot", "ttft", "keeps_up", "all_tokens_arrived"}
         assert {"median", "min", "max", "values"} <= set(c["ttft_delta_ms"])
     # the source keeps its cadence in-process: TPOT within 30 % of the period

@@ -36,8 +36,10 @@ async def test_cadence_is_honoured_and_the_stream_is_complete() -> None:
     source = TokenSource(Cadence(period_s=0.001, burst=10))
     await source.start()
     finished: list[GenerationStats] = []
+    request = _request(200, finished)
+    request.prompt = "bench-7"  # a marker: the source records this stream's emissions
     t0 = time.perf_counter()
-    deltas = [d async for d in source.stream(_request(200, finished))]
+    deltas = [d async for d in source.stream(request)]
     elapsed = time.perf_counter() - t0
     assert elapsed >= 0.2  # 200 tokens at 1 ms per token cannot arrive sooner
     assert sum(d.n_tokens for d in deltas) == 200
@@ -48,6 +50,11 @@ async def test_cadence_is_honoured_and_the_stream_is_complete() -> None:
     assert last.finish_reason == "length" and last.stats is finished[0]
     assert len(finished) == 1 and finished[0].completion_tokens == 200
     assert finished[0].accept_length == pytest.approx(10, rel=0.01)
+    record = source.emissions[7]
+    assert t0 <= record["start"] and [n for _, n in record["emits"]][-1] == 200
+    schedule = Cadence(period_s=0.001, burst=10).bursts(200)
+    for (t, _), (due, _) in zip(record["emits"], schedule, strict=True):
+        assert t >= record["start"] + due  # never early
     # a late first burst shortens the measured TPOT (the schedule does not shift): generous
     assert finished[0].tpot_s is not None and finished[0].tpot_s > 0.0005
 
