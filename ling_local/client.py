@@ -493,8 +493,10 @@ class AsyncClient:
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.base_url, uds, self.token = _resolve(base_url, token)
-        if transport is None and uds is not None:
-            transport = httpx.AsyncHTTPTransport(uds=uds)
+        if transport is None and (uds is not None or self.base_url.startswith("http://")):
+            from ling_local.transport import LocalTransport
+
+            transport = LocalTransport(uds=uds)
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         self._http = httpx.AsyncClient(
             base_url=self.base_url,
