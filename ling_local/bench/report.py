@@ -5,6 +5,7 @@ summary the README's performance section quotes."""
 from __future__ import annotations
 
 import json
+import textwrap
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,6 +49,16 @@ def _serve_title(result: ServeResult) -> str:
     )
 
 
+_SPREAD_LABELS = {
+    "ttft_median_ms": "TTFT median ms",
+    "tpot_mean_ms": "TPOT mean ms",
+    "tpot_median_ms": "TPOT median ms",
+    "itl_median_ms": "ITL median ms",
+    "output_throughput": "output tok/s",
+    "accept_length": "accept length",
+}
+
+
 def print_serve(result: ServeResult, console: Console | None = None) -> None:
     console = console or Console()
     pooled = _pooled(result)
@@ -69,11 +80,14 @@ def print_serve(result: ServeResult, console: Console | None = None) -> None:
         spread = Table("number", *[f"run {i + 1}" for i in range(len(runs))], "median", "spread")
         for name, s in result.spread().items():
             spread.add_row(
-                name, *[_f(v, 3) for v in s.values], _f(s.median, 3), f"{s.relative:.1%}"
+                _SPREAD_LABELS[name],
+                *[_f(v, 3) for v in s.values],
+                _f(s.median, 3),
+                f"{s.relative:.1%}",
             )
         console.print(spread)
     for err in {e for r in runs for e in r.errors}:
-        console.print(f"[red]error:[/] {err}")
+        console.print(f"[red]error:[/] {escape(err)}")
 
 
 def serve_markdown(result: ServeResult, command: str = "") -> str:
@@ -142,7 +156,7 @@ def plot_serve(result: ServeResult, path: Path) -> None:
         ax.set_xscale("log")
         ax.grid(alpha=0.3, which="both")
         ax.legend(fontsize=8)
-    fig.suptitle(_serve_title(result), fontsize=9)
+    fig.suptitle(textwrap.fill(_serve_title(result), 150), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -256,7 +270,7 @@ def plot_overhead(result: OverheadResult, path: Path) -> None:
     ax.set_ylabel("relay latency: arrival − token out of the source (ms)")
     ax.set_yscale("log")
     ax.legend(fontsize=7, ncols=2)
-    ax.set_title(_overhead_title(result), fontsize=9)
+    ax.set_title(textwrap.fill(_overhead_title(result), 110), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
