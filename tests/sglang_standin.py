@@ -79,6 +79,7 @@ class StandIn:
         self.seen_rids: set[str] = set()
         self.prompts: list[list[int]] = []
         self.requests: list[dict] = []
+        self.tasks: set[asyncio.Task] = set()
         self.eos_at = int(os.environ.get("STANDIN_EOS_AT", "0"))
         self.token_s = float(os.environ.get("STANDIN_TOKEN_S", "0.002"))
 
@@ -220,19 +221,43 @@ class StandIn:
             except ValueError as err:
                 return JSONResponse({"error": {"message": str(err)}}, status_code=400)
 
-        async def events():
+        # Like SGLang, the generation runs on its own: a client that disconnects does not
+        # stop it; SGLang aborts such a request only ~2 s later (create_abort_task).
+        queue: asyncio.Queue = asyncio.Queue()
+
+        async def produce() -> None:
             try:
                 async for out in self.generate(body):
-                    yield b"data: " + json.dumps(out).encode() + b"\n\n"
+                    queue.put_nowait(out)
             except ValueError as err:
-                error = {"message": str(err), "type": "invalid_request_error", "code": 400}
-                yield b"data: " + json.dumps({"error": error}).encode() + b"\n\n"
+                queue.put_nowait(err)
+            queue.put_nowait(None)
+
+        task = asyncio.create_task(produce())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+        async def events():
+            try:
+                while (out := await queue.get()) is not None:
+                    if isinstance(out, ValueError):
+                        error = {"message": str(out), "type": "invalid_request_error", "code": 400}
+                        yield b"data: " + json.dumps({"error": error}).encode() + b"\n\n"
+                        break
+                    yield b"data: " + json.dumps(out).encode() + b"\n\n"
             except asyncio.CancelledError:
-                log(f"client disconnected rid={body.get('rid')}")
+                rid = body.get("rid", "")
+                log(f"client disconnected rid={rid}")
+                asyncio.get_running_loop().call_later(2.0, self.disconnect_abort, rid)
                 raise
             yield b"data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")
+
+    def disconnect_abort(self, rid: str) -> None:
+        if rid in self.running:
+            self.running[rid]["aborted"] = True
+            log(f"aborting disconnected request rid={rid}")
 
     async def abort(self, request: Request) -> Response:
         if not self.authorized(request):

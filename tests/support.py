@@ -116,6 +116,10 @@ def start_daemon(profile: str | Path, home: Path, *args: str, timeout: float = 1
         raise RuntimeError(f"daemon did not start:\n{log.read_text()}")
     token = (home / "config" / "token").read_text().strip()
     daemon = DaemonProcess(proc, home, url, token, log, child)
-    with daemon.client() as client:
-        client.wait_ready(timeout=max(1.0, deadline - time.monotonic()))
+    try:
+        with daemon.client() as client:
+            client.wait_ready(timeout=max(1.0, deadline - time.monotonic()))
+    except BaseException:
+        daemon.stop()  # never leave a daemon behind when its engine failed to start
+        raise
     return daemon

@@ -83,6 +83,7 @@ class SGLangEngine:
         self._flights: dict[int, Flight] = {}
         self._crashes: deque[float] = deque()
         self._supervisor: asyncio.Task | None = None
+        self._background: set[asyncio.Future] = set()
         self._stopping = False
 
     # ----------------------------------------------------------------- lifecycle
@@ -239,6 +240,8 @@ class SGLangEngine:
         self.state = EngineState.STOPPED
         for flight in list(self._flights.values()):
             flight.request.cancel()
+        if self._background:  # aborts on their way to SGLang
+            await asyncio.wait(list(self._background), timeout=2.0)
         if self._child is not None:
             await self._child.stop()
         if self._http is not None:
@@ -305,39 +308,48 @@ class SGLangEngine:
         # reused nor be prefixes of one another (fixed-length hex is neither).
         flight = Flight(request, uuid.uuid4().hex)
         final: GenerationStats | None = None
+        response: httpx.Response | None = None
+        interrupted = False  # a cancelled task: nothing more can be awaited here
         try:
             payload = generate_payload(request, flight.rid, self._max_new_tokens(request))
             self._flights[id(request)] = flight
-            async with http.stream("POST", "/generate", json=payload) as response:
-                if response.status_code != 200:
-                    raise _status_error(response.status_code, await response.aread())
-                # Held in a name so the event iterator cannot be finalized (closing the
-                # connection) before the abort below has reached SGLang.
-                events = relay_events(response, flight)
-                try:
-                    async for delta in events:
-                        if delta.finish_reason is None and request.cancelled:
-                            # Cancelled without abort() (or its abort raced the start):
-                            # stop here; the finally block tells SGLang.
-                            final = flight.final_stats("cancelled")
-                            yield Delta(delta.text, delta.n_tokens, "cancelled", final)
-                            return
-                        final = delta.stats
-                        yield delta
-                    if final is None:
-                        raise ValueError("the stream ended without a finish reason")
-                finally:
-                    if not flight.finished:
-                        await asyncio.shield(self._send_abort(flight))
-                    await events.aclose()
+            response = await http.send(
+                http.build_request("POST", "/generate", json=payload), stream=True
+            )
+            if response.status_code != 200:
+                raise _status_error(response.status_code, await response.aread())
+            async for delta in relay_events(response, flight):
+                if delta.finish_reason is None and request.cancelled:
+                    # Cancelled without abort() (or its abort raced the start): stop here;
+                    # the finally block tells SGLang.
+                    final = flight.final_stats("cancelled")
+                    yield Delta(delta.text, delta.n_tokens, "cancelled", final)
+                    return
+                final = delta.stats
+                yield delta
+            if final is None:
+                raise ValueError("the stream ended without a finish reason")
         except (httpx.HTTPError, ValueError) as err:
             final = flight.final_stats("error")
             yield Delta("", 0, "error", final, await self._stream_error(err))
-        except (GeneratorExit, asyncio.CancelledError):
+        except GeneratorExit:
             request.cancel()  # nobody reads any more: the work is cancelled
+            raise
+        except asyncio.CancelledError:
+            request.cancel()
+            interrupted = True
             raise
         finally:
             self._flights.pop(id(request), None)
+            if response is not None:
+                # Abort before the connection closes (SGLang itself only aborts a
+                # disconnected stream ~2 s later), in a task of its own so that it also
+                # happens when this one is being cancelled.
+                task = asyncio.ensure_future(self._close(flight, response))
+                self._background.add(task)
+                task.add_done_callback(self._background.discard)
+                if not interrupted:
+                    await task
             if final is None:
                 final = flight.final_stats("cancelled" if request.cancelled else "error")
             if request.on_finish is not None:
@@ -345,6 +357,11 @@ class SGLangEngine:
                     request.on_finish(final)
                 except Exception:
                     log.exception("on_finish callback failed")
+
+    async def _close(self, flight: Flight, response: httpx.Response) -> None:
+        if not flight.finished:
+            await self._send_abort(flight)
+        await response.aclose()
 
     async def _stream_error(self, err: Exception) -> str:
         if isinstance(err, ValueError):
