@@ -228,10 +228,8 @@ class RemoteSettings(_Section):
     api_key_env: str | None = None
     """Environment variable holding that server's API key (never the key itself)."""
     model: str | None = None
-    """Model id to ask the remote server for (default: its first model)."""
-    tokenizer_path: str | None = None
-    """Local directory (or cached Hugging Face id) of the remote model's tokenizer. With it
-    the daemon counts tokens and checks the context itself; without it, it sends text."""
+    """Model id to ask the remote server for (default: its first model). The daemon sends
+    it text (prompts, or chat messages for the server's own template) and lets it count."""
     fim: Literal["auto", "tokens", "suffix"] = "auto"
     """Fill-in-the-middle: ``tokens`` sends one prompt built with the profile's FIM tokens,
     ``suffix`` passes OpenAI's ``suffix`` field on; ``auto`` uses tokens when the profile's
