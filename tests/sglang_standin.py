@@ -277,6 +277,23 @@ class StandIn:
         log("crashing on request")
         os._exit(3)
 
+    async def load(self, request: Request) -> Response:
+        """SGLang's /get_load shape (one data-parallel rank)."""
+        if not self.authorized(request):
+            return JSONResponse({"error": "Unauthorized"}, status_code=401)
+        return JSONResponse(
+            [
+                {
+                    "dp_rank": 0,
+                    "num_reqs": len(self.running),
+                    "num_waiting_reqs": 0,
+                    "num_tokens": 0,
+                    "num_pending_tokens": 0,
+                    "ts_tic": time.perf_counter(),
+                }
+            ]
+        )
+
     async def requests_route(self, request: Request) -> Response:
         if not self.authorized(request):
             return JSONResponse({"error": "Unauthorized"}, status_code=401)
@@ -289,6 +306,7 @@ class StandIn:
                 Route("/health_generate", self.health),
                 Route("/generate", self.generate_route, methods=["POST", "PUT"]),
                 Route("/abort_request", self.abort, methods=["POST"]),
+                Route("/get_load", self.load),
                 Route("/standin/crash", self.crash, methods=["POST"]),
                 Route("/standin/requests", self.requests_route),
             ]
