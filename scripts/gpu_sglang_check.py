@@ -232,6 +232,12 @@ def timed_stream(http: httpx.Client, url: str, body: dict, headers: dict) -> dic
     return {"ttft": stamps[0] - t0, "tpot": (stamps[-1] - stamps[0]) / max(1, n - 1), "n": n}
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def measure(daemon: Daemon, args: argparse.Namespace, vocab: int) -> dict:
     child = daemon.child()
     rng = random.Random(0)
@@ -241,6 +247,7 @@ def measure(daemon: Daemon, args: argparse.Namespace, vocab: int) -> dict:
     words = " ".join(corpus_texts(200_000)).split()
     with httpx.Client(timeout=120, trust_env=False) as http:
         for mode in ("ids", "text"):
+            cpu0 = cpu_seconds(daemon.proc.pid)
             rows: dict[str, list[dict]] = {"daemon": [], "sglang": []}
             for i in range(args.runs + 2):
                 if mode == "ids":
@@ -291,6 +298,13 @@ def measure(daemon: Daemon, args: argparse.Namespace, vocab: int) -> dict:
             d, s = summary["daemon"], summary["sglang"]
             summary["ttft_overhead_ms"] = round(d["ttft_ms"] - s["ttft_ms"], 3)
             summary["tpot_overhead_pct"] = round(100 * (d["tpot_ms"] / s["tpot_ms"] - 1), 2)
+            # CPU the daemon spent (it idles during the direct runs): per request and token.
+            cpu = cpu_seconds(daemon.proc.pid) - cpu0
+            n_requests = args.runs + 2
+            summary["daemon_cpu_ms_per_request"] = round(cpu * 1e3 / n_requests, 2)
+            summary["daemon_cpu_us_per_token"] = round(
+                cpu * 1e6 / (n_requests * args.new_tokens), 1
+            )
             results[mode] = summary
             record("overhead", results)
     return results
@@ -305,7 +319,11 @@ def print_table(results: dict, args: argparse.Namespace) -> None:
     for mode, r in results.items():
         for side in ("sglang", "daemon"):
             print(f"{mode:8} {side:8} {r[side]['ttft_ms']:9.2f} {r[side]['tpot_ms']:9.3f}")
-        print(f"{mode:8} {'added':8} {r['ttft_overhead_ms']:9.2f} {r['tpot_overhead_pct']:8.2f}%")
+        print(
+            f"{mode:8} {'added':8} {r['ttft_overhead_ms']:9.2f} {r['tpot_overhead_pct']:8.2f}%"
+            f"   daemon CPU {r['daemon_cpu_ms_per_request']} ms/request, "
+            f"{r['daemon_cpu_us_per_token']} us/token"
+        )
 
 
 # ----------------------------------------------------------------------------- checks

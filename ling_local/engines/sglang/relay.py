@@ -13,17 +13,19 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-import httpx
-
 from ling_local.engines.base import Delta, FinishReason, GenerationRequest, GenerationStats
 from ling_local.engines.detok import StopMatcher
 
-__all__ = ["Flight", "generate_payload", "relay_events"]
+__all__ = ["Flight", "dumps", "generate_payload", "relay_events"]
 
-try:  # orjson parses the growing output_ids list ~3x faster; json is the fallback
+try:  # orjson (an SGLang dependency) is ~3x faster on the growing output_ids list
+    from orjson import dumps
     from orjson import loads as _loads
 except ImportError:  # pragma: no cover - depends on the environment
     _loads = json.loads
+
+    def dumps(obj: object) -> bytes:
+        return json.dumps(obj, separators=(",", ":")).encode()
 
 
 @dataclass(eq=False, slots=True)
@@ -91,14 +93,17 @@ def _finish(info: dict | None, flight: Flight) -> tuple[FinishReason, str]:
     return "stop", ""
 
 
-async def relay_events(response: httpx.Response, flight: Flight) -> AsyncIterator[Delta]:
-    """Deltas from one ``/generate`` event stream; the last one has finish_reason + stats.
-    Raises ValueError with SGLang's message when it sends an error event."""
+async def relay_events(chunks: AsyncIterator[bytes], flight: Flight) -> AsyncIterator[Delta]:
+    """Deltas from the body of one ``/generate`` event stream; the last one has
+    finish_reason + stats. Raises ValueError with SGLang's message on an error event."""
     sent = 0  # characters of the cumulative text already relayed
     stopper = StopMatcher(flight.request.sampling.stop)
     stopped = False  # a stop string was seen: relay no more text, wait for the finish
     buffer = b""
-    async for chunk in response.aiter_bytes():
+    finished = False
+    async for chunk in chunks:
+        if finished:  # reading on to the end returns the connection to the pool
+            continue
         buffer += chunk
         while (end := buffer.find(b"\n\n")) != -1:
             event, buffer = buffer[:end], buffer[end + 2 :]
@@ -141,7 +146,10 @@ async def relay_events(response: httpx.Response, flight: Flight) -> AsyncIterato
             if "spec_verify_ct" in meta:
                 stats.verify_steps = meta["spec_verify_ct"]
                 stats.accept_length = meta.get("spec_accept_length")
-            flight.finished = True
+            flight.finished = finished = True
             reason, error = _finish(finish, flight)
+            # The caller has its last delta at once; only if it asks for more is the rest
+            # of the body ("data: [DONE]") read, so that the keep-alive connection is reused
+            # (a new TCP connection per request costs TTFT).
             yield Delta(piece, new_tokens, reason, flight.final_stats(reason), error)
-            return
+            buffer = b""
