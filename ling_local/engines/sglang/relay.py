@@ -93,6 +93,20 @@ def _finish(info: dict | None, flight: Flight) -> tuple[FinishReason, str]:
     return "stop", ""
 
 
+def _last_event(events: list[bytes]) -> tuple[bytes | None, bool]:
+    """(payload of the newest data event, whether [DONE] was seen) among complete events.
+    Text and counts are cumulative, so when the relay fell behind, the newest event says
+    everything the skipped ones did: parsing only it keeps a backlog from growing."""
+    done = False
+    for event in reversed(events):
+        if event.startswith(b"data:"):
+            data = event[5:].strip()
+            if data != b"[DONE]":
+                return data, done
+            done = True
+    return None, done
+
+
 async def relay_events(chunks: AsyncIterator[bytes], flight: Flight) -> AsyncIterator[Delta]:
     """Deltas from the body of one ``/generate`` event stream; the last one has
     finish_reason + stats. Raises ValueError with SGLang's message on an error event."""
@@ -100,56 +114,58 @@ async def relay_events(chunks: AsyncIterator[bytes], flight: Flight) -> AsyncIte
     stopper = StopMatcher(flight.request.sampling.stop)
     stopped = False  # a stop string was seen: relay no more text, wait for the finish
     buffer = b""
-    finished = False
     async for chunk in chunks:
-        if finished:  # reading on to the end returns the connection to the pool
+        if flight.finished:  # reading on to the end returns the connection to the pool
             continue
         buffer += chunk
-        while (end := buffer.find(b"\n\n")) != -1:
-            event, buffer = buffer[:end], buffer[end + 2 :]
-            if not event.startswith(b"data:"):
-                continue
-            data = event[5:].strip()
-            if data == b"[DONE]":
+        end = buffer.rfind(b"\n\n")
+        if end == -1:
+            continue
+        data, done = _last_event(buffer[:end].split(b"\n\n"))
+        buffer = buffer[end + 2 :]
+        if data is None:
+            if done:
                 return
-            out = _loads(data)
-            if "error" in out:
-                err = out["error"]
-                raise ValueError(err.get("message", str(err)) if isinstance(err, dict) else err)
-            now = time.perf_counter()
-            meta = out["meta_info"]
-            stats = flight.stats
-            n = meta.get("completion_tokens", stats.completion_tokens)
-            new_tokens = n - stats.completion_tokens
-            stats.completion_tokens = n
-            stats.prompt_tokens = meta.get("prompt_tokens", stats.prompt_tokens)
-            stats.cached_tokens = meta.get("cached_tokens", stats.cached_tokens)
-            text = out.get("text") or ""
-            piece, sent = text[sent:], len(text)
-            if new_tokens > 0:
-                if flight.t_first is None:
-                    flight.t_first = now
-                flight.t_last = now
-            finish = meta.get("finish_reason")
-            if not stopped:
-                piece, stopped = stopper.feed(piece)
-            else:
-                piece = ""
-            if finish is None:
-                if piece or new_tokens:
-                    yield Delta(piece, new_tokens)
-                continue
-            if not stopped and not isinstance(finish.get("matched"), str):
-                # Held text is released unless SGLang matched a stop string: then it is
-                # the start of that string (SGLang streams it before it sees the match).
-                piece += stopper.finish()
-            if "spec_verify_ct" in meta:
-                stats.verify_steps = meta["spec_verify_ct"]
-                stats.accept_length = meta.get("spec_accept_length")
-            flight.finished = finished = True
-            reason, error = _finish(finish, flight)
-            # The caller has its last delta at once; only if it asks for more is the rest
-            # of the body ("data: [DONE]") read, so that the keep-alive connection is reused
-            # (a new TCP connection per request costs TTFT).
-            yield Delta(piece, new_tokens, reason, flight.final_stats(reason), error)
-            buffer = b""
+            continue
+        out = _loads(data)
+        if "error" in out:
+            err = out["error"]
+            raise ValueError(err.get("message", str(err)) if isinstance(err, dict) else err)
+        now = time.perf_counter()
+        meta = out["meta_info"]
+        stats = flight.stats
+        n = meta.get("completion_tokens", stats.completion_tokens)
+        new_tokens = n - stats.completion_tokens
+        stats.completion_tokens = n
+        stats.prompt_tokens = meta.get("prompt_tokens", stats.prompt_tokens)
+        stats.cached_tokens = meta.get("cached_tokens", stats.cached_tokens)
+        text = out.get("text") or ""
+        piece, sent = text[sent:], len(text)
+        if new_tokens > 0:
+            if flight.t_first is None:
+                flight.t_first = now
+            flight.t_last = now
+        finish = meta.get("finish_reason")
+        if not stopped:
+            piece, stopped = stopper.feed(piece)
+        else:
+            piece = ""
+        if finish is None:
+            if piece or new_tokens:
+                yield Delta(piece, new_tokens)
+            if done:
+                return
+            continue
+        if not stopped and not isinstance(finish.get("matched"), str):
+            # Held text is released unless SGLang matched a stop string: then it is the
+            # start of that string (SGLang streams it before it sees the match).
+            piece += stopper.finish()
+        if "spec_verify_ct" in meta:
+            stats.verify_steps = meta["spec_verify_ct"]
+            stats.accept_length = meta.get("spec_accept_length")
+        flight.finished = True
+        reason, error = _finish(finish, flight)
+        # The caller has its last delta at once; only if it asks for more is the rest of
+        # the body ("data: [DONE]") read, so that the keep-alive connection is reused (a
+        # new TCP connection per request costs TTFT).
+        yield Delta(piece, new_tokens, reason, flight.final_stats(reason), error)
