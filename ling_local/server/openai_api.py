@@ -127,7 +127,9 @@ async def completions(request: Request) -> JSONResponse | StreamingResponse:
         if isinstance(body.prompt, str) and body.suffix is not None
         else None
     )
-    gen = st.request(built, sampling, body.priority, Priority.COMPLETION, fim=fim)
+    gen = st.request(
+        built, sampling, body.priority, Priority.COMPLETION, body.json_schema(), fim=fim
+    )
     st.scheduler.check_capacity()
     rid = f"cmpl-{uuid.uuid4().hex[:24]}"
     head = _dumps(
