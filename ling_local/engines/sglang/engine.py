@@ -232,8 +232,8 @@ class SGLangEngine:
             await asyncio.sleep(delay)
             try:
                 await self._launch()
-            except EngineError as err:
-                log.error("relaunch failed: %s", err.message)
+            except Exception as err:  # counted as one more crash by the next turn
+                log.error("relaunch failed: %s", getattr(err, "message", err))
                 self.state = EngineState.STARTING
 
     async def stop(self) -> None:
