@@ -398,16 +398,26 @@ def flag_check(args: argparse.Namespace) -> None:
     )
 
 
-def leftovers(pgid: int | None) -> list[str]:
-    out = subprocess.run(["ps", "-eo", "pid=,pgid=,args="], capture_output=True, text=True)
+def _ancestors() -> set[int]:
+    pids, pid = set(), os.getpid()
+    while pid > 1:
+        pids.add(pid)
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return pids
+
+
+def leftovers(pgid: int | None, markers: tuple[str, ...]) -> list[str]:
+    """Processes this run started that are still alive: anything in SGLang's process group
+    and anything whose command line names this run's profile or model directory (so
+    another user's daemon on a shared machine is never touched), minus our ancestors."""
+    mine = _ancestors()
+    out = subprocess.run(["ps", "-eo", "pid=,pgid=,stat=,args="], capture_output=True, text=True)
     found = []
     for line in out.stdout.splitlines():
-        pid, group, cmd = line.split(None, 2)
-        if (
-            ("sglang" in cmd or "ling_local" in cmd)
-            and int(pid) != os.getpid()
-            and (pgid is None or int(group) == pgid or "launch_server" in cmd)
-        ):
+        pid, group, stat, cmd = line.split(None, 3)
+        if int(pid) in mine or stat.startswith("Z"):
+            continue
+        if (pgid is not None and int(group) == pgid) or any(m in cmd for m in markers):
             found.append(line.strip())
     return found
 
@@ -424,6 +434,9 @@ def main() -> int:
     cli.add_argument("--prompt-tokens", type=int, default=512)
     cli.add_argument("--new-tokens", type=int, default=256)
     args = cli.parse_args()
+    args.model_dir = args.model_dir.resolve()
+    if args.daemon_site:  # the same library versions as the daemon it talks to
+        sys.path.insert(1, args.daemon_site)
     device = "cpu" if args.standin else "cuda"
     record("args", vars(args))
     config = build_model(args.model_dir, args.shape, device)
@@ -464,7 +477,7 @@ def main() -> int:
         if log.is_file() and out_dir != work:
             (out_dir / "sglang.log").write_text(log.read_text()[-2_000_000:])
         time.sleep(1)
-        left = leftovers(pgid)
+        left = leftovers(pgid, (str(profile), f"--model-path {args.model_dir}"))
         for line in left:  # ours: started by this script's daemon
             os.kill(int(line.split()[0]), signal.SIGKILL)
         ok &= check("no orphans", not left, f"daemon exit {rc}; left: {left}")

@@ -3,7 +3,6 @@ protocol-level stand-in: completion, chat, cancellation and shutdown end to end.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 from pathlib import Path
@@ -75,9 +74,7 @@ def test_closing_a_stream_aborts_it_inside_sglang(sgl_daemon: DaemonProcess) -> 
     with sgl_daemon.client() as client:
         with client.stream_complete("while True:\n", max_tokens=2000, ignore_eos=True) as s:
             next(iter(s))
-        with sgl_daemon.http() as http:
-            requests = http.get("/health").json()
-        assert requests["state"] == "ready"
+        assert client.health().state == "ready"
     assert wait_for(lambda: child_log(sgl_daemon).count("Abort request rid=") >= 1)
     assert wait_for(lambda: 'reason="disconnected"' in _metrics(sgl_daemon))
 
@@ -130,7 +127,3 @@ def test_start_failure_shows_in_health_with_the_log_tail(model_dir: Path, tmp_pa
     )
     with pytest.raises(Exception, match="CUDA out of memory"):
         start_daemon(profile, tmp_path / "home", timeout=60)
-
-
-def _unused() -> None:  # keep asyncio imported for pytest-asyncio's auto mode
-    asyncio.get_event_loop_policy()
