@@ -7,9 +7,10 @@ import json
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 
-from ling_local.errors import GenerationCancelled
+from ling_local.errors import GenerationCancelled, LingLocalError
 from tests.sglang.conftest import group_members, write_standin_profile
 from tests.support import DaemonProcess, start_daemon
 
@@ -110,6 +111,31 @@ async def test_supersede_and_completion_beside_a_running_chat(sgl_daemon: Daemon
         await chat.aclose()
     log_text = child_log(sgl_daemon)
     assert log_text.count("Abort request rid=") >= 2
+
+
+def test_a_crash_is_a_clean_error_then_the_daemon_serves_again(
+    sgl_daemon: DaemonProcess,
+) -> None:
+    info = child_info(sgl_daemon)
+    with sgl_daemon.client() as client:
+        stream = client.stream_complete("import sys\n", max_tokens=2000, ignore_eos=True)
+        chunks = iter(stream)
+        next(chunks)
+        with pytest.raises(httpx.HTTPError):  # the stand-in exits inside this request
+            httpx.post(
+                info["url"] + "/standin/crash",
+                trust_env=False,
+                headers={"Authorization": f"Bearer {info['api_key']}"},
+            )
+        with pytest.raises(LingLocalError, match="crashed"):
+            for _ in chunks:
+                pass
+        stream.close()
+        assert client.health().state == "starting"
+        assert client.wait_ready(timeout=60).ready
+        assert child_info(sgl_daemon)["pid"] != info["pid"]
+        again = client.complete("import sys\n", max_tokens=4)
+        assert again.finish_reason in ("stop", "length")
 
 
 def test_sigterm_stops_the_child_process_group(model_dir: Path, tmp_path: Path) -> None:
