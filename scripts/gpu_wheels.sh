@@ -6,10 +6,10 @@
 # needs fastapi >= 0.135 (fastapi.sse). anyio and typer are pinned to the versions tested;
 # orjson is the sglang extra's. The device command installs these into a --target directory
 # that only the daemon process has on its path (the SGLang child keeps the kit's).
-#   bash scripts/gpu_wheels.sh        -> .gpu/wheels/ (git-ignored, about 3.6 MB)
+#   bash scripts/gpu_wheels.sh        -> .gpu/daemon-wheels/ (git-ignored, about 3.6 MB)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DEST=${DEST:-.gpu/wheels}
+DEST=${DEST:-.gpu/daemon-wheels}
 mkdir -p "$DEST"
 PLAT=(--only-binary=:all: --python-version 3.12 --implementation cp
       --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64
