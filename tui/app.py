@@ -6,10 +6,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from pathlib import Path
+from typing import ClassVar
 
 from textual import work
 from textual.app import App, SystemCommand
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.reactive import reactive
 from textual.screen import Screen
 
@@ -30,8 +31,8 @@ DARK, LIGHT = "textual-dark", "textual-light"
 class LingApp(App[None]):
     CSS_PATH = "tui.tcss"
     TITLE = "ling-local"
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]
-    BINDINGS = [
+    HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (100, "-wide")]
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f1", "help", "Help"),
         Binding("ctrl+g", "chains", "Chains"),
         Binding("ctrl+t", "toggle_theme", "Theme", show=False),

@@ -182,9 +182,7 @@ BUILTIN_CHAINS: dict[str, SerialChain] = {
         [
             PromptStep("code", "Write Python code for: {task}"),
             PromptStep("review", "Review this code for bugs, briefly:\n\n{code}"),
-            PromptStep(
-                "fix", "Code:\n{code}\n\nReview:\n{review}\n\nWrite the corrected code."
-            ),
+            PromptStep("fix", "Code:\n{code}\n\nReview:\n{review}\n\nWrite the corrected code."),
         ],
         description="Three steps: write code, review it, fix what the review found.",
     ),

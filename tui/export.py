@@ -38,9 +38,7 @@ def default_export_path(conversation: Conversation, directory: Path | None = Non
     return (directory or Path.cwd()) / f"{slug}-{conversation.id}.md"
 
 
-def write_export(
-    path: Path, conversation: Conversation, messages: list[StoredMessage]
-) -> Path:
+def write_export(path: Path, conversation: Conversation, messages: list[StoredMessage]) -> Path:
     path = path.expanduser()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(conversation_markdown(conversation, messages), encoding="utf-8")

@@ -198,9 +198,7 @@ class ConversationStore:
             self._db.execute(
                 "UPDATE conversations SET updated = ? WHERE id = ?", (now, conversation_id)
             )
-        return StoredMessage(
-            int(cur.lastrowid), conversation_id, role, content, stats, now, model
-        )
+        return StoredMessage(int(cur.lastrowid), conversation_id, role, content, stats, now, model)
 
     def messages(self, conversation_id: int) -> list[StoredMessage]:
         rows = self._db.execute(

@@ -45,30 +45,38 @@ def seed_conversations(path: Path) -> tuple[int, int]:
     try:
         first = store.create("Shell one-liners", created=FIXED_TIME)
         store.add_message(first.id, "user", "How do I count lines in a file?", created=FIXED_TIME)
-        store.add_message(
-            first.id, "assistant", "Use `wc -l file.txt`.", created=FIXED_TIME + 1
-        )
+        store.add_message(first.id, "assistant", "Use `wc -l file.txt`.", created=FIXED_TIME + 1)
         second = store.create(
-            "Add two numbers", ChatSettings(system_prompt="You write Python."),
+            "Add two numbers",
+            ChatSettings(system_prompt="You write Python."),
             created=FIXED_TIME + 60,
         )
         store.add_message(
-            second.id, "user", "Write a function that adds two numbers.",
+            second.id,
+            "user",
+            "Write a function that adds two numbers.",
             created=FIXED_TIME + 60,
         )
         stats = ReplyStats(
-            ttft_s=0.084, engine_ttft_ms=61.0, completion_tokens=42, seconds=0.9,
-            tokens_per_s=51.2, accept_length=3.1, finish_reason="stop",
+            ttft_s=0.084,
+            engine_ttft_ms=61.0,
+            completion_tokens=42,
+            seconds=0.9,
+            tokens_per_s=51.2,
+            accept_length=3.1,
+            finish_reason="stop",
         )
-        store.add_message(second.id, "assistant", CODE_REPLY, stats, model="ling-tiny",
-                          created=FIXED_TIME + 61)
+        store.add_message(
+            second.id, "assistant", CODE_REPLY, stats, model="ling-tiny", created=FIXED_TIME + 61
+        )
         return first.id, second.id
     finally:
         store.close()
 
 
-async def wait_for(pilot: Pilot, condition: Callable[[], bool], timeout: float = 60.0,
-                   what: str = "condition") -> None:
+async def wait_for(
+    pilot: Pilot, condition: Callable[[], bool], timeout: float = 60.0, what: str = "condition"
+) -> None:
     """Let the app run until `condition()` holds (fails the test after `timeout`)."""
     deadline = time.monotonic() + timeout
     while not condition():

@@ -26,7 +26,7 @@ from tui.widgets.chain_step import StepPanel
 
 SIZE = (100, 40)
 
-CHAIN_FILE = '''
+CHAIN_FILE = """
 from tui.chains import PromptStep, SerialChain
 
 chain = SerialChain(
@@ -38,13 +38,14 @@ chain = SerialChain(
     max_tokens={max_tokens},
     options={{"ignore_eos": True}},
 )
-'''
+"""
 
 
 def write_chain(tmp_path: Path, max_tokens: int) -> Path:
     path = tmp_path / "chain.py"
-    path.write_text(CHAIN_FILE.replace("{max_tokens}", str(max_tokens)).replace("{{", "{")
-                    .replace("}}", "}"))
+    path.write_text(
+        CHAIN_FILE.replace("{max_tokens}", str(max_tokens)).replace("{{", "{").replace("}}", "}")
+    )
     return path
 
 
@@ -109,26 +110,30 @@ async def test_chain_view_runs_two_steps_and_shows_both(
     daemon: DaemonProcess, tmp_path: Path
 ) -> None:
     path = write_chain(tmp_path, 32)
-    app = make_app(store_path=tmp_path / "db.sqlite3", url=daemon.url, token=daemon.token,
-                   chain_file=str(path))
+    app = make_app(
+        store_path=tmp_path / "db.sqlite3", url=daemon.url, token=daemon.token, chain_file=str(path)
+    )
     async with app.run_test(size=SIZE) as pilot:
         await wait_for(pilot, lambda: isinstance(app.screen, ChainScreen), what="chain screen")
         screen = app.screen
         await pilot.press("ctrl+r")
-        await wait_for(pilot, lambda: "finished" in str(screen.query_one("#chain-result")
-                                                         .render()), what="chain finished")
+        await wait_for(
+            pilot,
+            lambda: "finished" in str(screen.query_one("#chain-result").render()),
+            what="chain finished",
+        )
         panels = list(screen.query(StepPanel))
-        assert [(p.step_name, p.state) for p in panels] == [("draft", "finished"),
-                                                            ("short", "finished")]
+        assert [(p.step_name, p.state) for p in panels] == [
+            ("draft", "finished"),
+            ("short", "finished"),
+        ]
         assert panels[0].output and panels[0].output in panels[1].prompt
         assert "32 tokens" in str(panels[1].query_one(".step-numbers").render())
         await pilot.press("escape")  # not running: back to the chat
         assert app.screen.__class__.__name__ == "ChatScreen"
 
 
-async def test_chain_view_cancels_at_the_second_step(
-    daemon: DaemonProcess, tmp_path: Path
-) -> None:
+async def test_chain_view_cancels_at_the_second_step(daemon: DaemonProcess, tmp_path: Path) -> None:
     path = tmp_path / "long.py"
     path.write_text(
         "from tui.chains import PromptStep, SerialChain\n"
@@ -143,8 +148,11 @@ async def test_chain_view_cancels_at_the_second_step(
         screen.query_one("#chain-choice").value = "__file__"
         screen.query_one("#chain-file").value = str(path)
         await pilot.press("ctrl+r")
-        await wait_for(pilot, lambda: 1 in screen.panels and len(screen.panels[1].output) > 0,
-                       what="step two streaming")
+        await wait_for(
+            pilot,
+            lambda: 1 in screen.panels and len(screen.panels[1].output) > 0,
+            what="step two streaming",
+        )
         await pilot.press("escape")
         await wait_for(pilot, lambda: not screen.running, what="chain stopped")
         assert [p.state for p in screen.panels.values()] == ["finished", "cancelled"]

@@ -159,15 +159,29 @@ async def test_regenerate_and_edit_the_last_message(
         await wait_for(pilot, lambda: len(screen.history) == 2, what="first reply")
         old_reply = screen.history[-1].id
         await pilot.press("ctrl+r")
-        await wait_for(pilot, lambda: len(screen.history) == 2 and screen.reply is None
-                       and screen.history[-1].id != old_reply, what="regenerated reply")
+        await wait_for(
+            pilot,
+            lambda: (
+                len(screen.history) == 2
+                and screen.reply is None
+                and screen.history[-1].id != old_reply
+            ),
+            what="regenerated reply",
+        )
         await pilot.press("ctrl+e")
         assert screen.prompt.text == "first question"
         assert all(w.has_class("-editing") for w in screen.log_view.messages())
         screen.prompt.load_text("edited question")
         await pilot.press("enter")
-        await wait_for(pilot, lambda: len(screen.history) == 2 and screen.reply is None
-                       and screen.history[0].content == "edited question", what="resent")
+        await wait_for(
+            pilot,
+            lambda: (
+                len(screen.history) == 2
+                and screen.reply is None
+                and screen.history[0].content == "edited question"
+            ),
+            what="resent",
+        )
     messages = stored(store_path, conversation_id)
     assert [m[0] for m in messages] == ["user", "assistant"]
     assert messages[0][1] == "edited question"

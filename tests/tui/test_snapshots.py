@@ -72,13 +72,13 @@ def test_settings_dialog(snap_compare, store_path: Path) -> None:
     async def settings_open(pilot: Pilot) -> None:
         await settle(pilot, press=("ctrl+s",))
 
-    assert snap_compare(app_for(None, store_path), terminal_size=(100, 32),
-                        run_before=settings_open)
+    assert snap_compare(
+        app_for(None, store_path), terminal_size=(100, 32), run_before=settings_open
+    )
 
 
 def test_chain_screen(snap_compare, store_path: Path) -> None:
     async def chains_open(pilot: Pilot) -> None:
         await settle(pilot, press=("ctrl+g",))
 
-    assert snap_compare(app_for(None, store_path), terminal_size=(100, 32),
-                        run_before=chains_open)
+    assert snap_compare(app_for(None, store_path), terminal_size=(100, 32), run_before=chains_open)

@@ -119,6 +119,9 @@ def test_export_markdown(store_path: Path, tmp_path: Path) -> None:
 
 def test_reply_stats_format_and_json() -> None:
     stats = ReplyStats(0.25, 200.0, 100, 2.25, 50.0, None, "length")
-    assert stats.format() == "TTFT 250 ms (engine 200) · 50.0 tok/s · 100 tok in 2.2 s · hit max tokens"
+    assert (
+        stats.format()
+        == "TTFT 250 ms (engine 200) · 50.0 tok/s · 100 tok in 2.2 s · hit max tokens"
+    )
     assert ReplyStats.from_json(stats.to_json()) == stats
     assert ReplyStats.from_json("not json") is None

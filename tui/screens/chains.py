@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import asyncio
 from contextlib import aclosing
+from typing import ClassVar
 
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.screen import Screen
@@ -38,7 +39,7 @@ FROM_FILE = "__file__"
 
 
 class ChainScreen(Screen[None]):
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "stop_or_back", "Stop / back"),
         Binding("ctrl+r", "run", "Run", priority=True),
     ]

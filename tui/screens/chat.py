@@ -9,10 +9,11 @@ the input for editing, and the sent message leaves the store.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from textual import on, work
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
 from textual.widgets import Footer, Header, Input
@@ -20,14 +21,12 @@ from textual.widgets import Footer, Header, Input
 from ling_local.client import Message
 from ling_local.errors import LingLocalError
 from tui.daemon import DaemonStatus
-from tui.export import default_export_path, write_export
 from tui.messages import ConversationAction, ConversationSelected, PromptSubmitted
-from tui.screens.dialogs import ConfirmScreen, TextPromptScreen
-from tui.screens.settings import SettingsScreen
+from tui.screens.conversation_actions import ConversationActions
 from tui.stats import LiveMeter, ReplyStats
 from tui.store import ChatSettings, Conversation, ConversationStore, StoredMessage
 from tui.widgets.chat_log import ChatLog
-from tui.widgets.chat_message import ChatMessage, code_blocks
+from tui.widgets.chat_message import ChatMessage
 from tui.widgets.prompt_input import PromptInput
 from tui.widgets.sidebar import Sidebar
 from tui.widgets.status_bar import StatusBar
@@ -67,8 +66,8 @@ class ReplyInFlight:
     meter: LiveMeter
 
 
-class ChatScreen(Screen[None]):
-    BINDINGS = [
+class ChatScreen(ConversationActions, Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "stop", "Stop"),
         Binding("ctrl+n", "new_conversation", "New"),
         Binding("ctrl+r", "regenerate", "Regen"),
@@ -149,11 +148,6 @@ class ChatScreen(Screen[None]):
         {"rename": self.action_rename, "delete": self.action_delete, "export": self.action_export}[
             event.action
         ](event.conversation_id)
-
-    def _target(self, conversation_id: int | None) -> Conversation | None:
-        if conversation_id is not None:
-            return self.store.get(conversation_id)
-        return self.conversation
 
     # ----------------------------------------------------------------- sending
     @on(PromptSubmitted)
@@ -305,96 +299,3 @@ class ChatScreen(Screen[None]):
     def action_toggle_sidebar(self) -> None:
         sidebar = self.query_one(Sidebar)
         sidebar.display = not sidebar.display
-
-    def action_settings(self) -> None:
-        conversation = self.conversation
-        current = conversation.settings if conversation else self.draft_settings
-
-        def saved(settings: ChatSettings | None) -> None:
-            if settings is None:
-                return
-            if conversation is not None:
-                self.store.update_settings(conversation.id, settings)
-                conversation.settings = settings
-            else:
-                self.draft_settings = settings
-            self.notify("Settings saved.")
-
-        title = conversation.title if conversation else "new conversation"
-        self.app.push_screen(SettingsScreen(title, current), saved)
-
-    def action_rename(self, conversation_id: int | None = None) -> None:
-        target = self._target(conversation_id)
-        if target is None:
-            self.notify("Send a message first; then the conversation can be renamed.")
-            return
-
-        def renamed(title: str | None) -> None:
-            if title:
-                self.store.rename(target.id, title)
-                if self.conversation and self.conversation.id == target.id:
-                    self.conversation.title = title
-                    self.sub_title = title
-                self.refresh_sidebar()
-
-        self.app.push_screen(TextPromptScreen("Rename conversation", target.title), renamed)
-
-    def action_delete(self, conversation_id: int | None = None) -> None:
-        target = self._target(conversation_id)
-        if target is None:
-            return
-
-        def answered(yes: bool | None) -> None:
-            if yes:
-                if self.conversation and self.conversation.id == target.id:
-                    self._cancel_reply()
-                    self.conversation = None
-                self.store.delete(target.id)
-                if self.conversation is None:
-                    self.open_conversation(None)
-                self.refresh_sidebar()
-                self.notify(f"Deleted “{target.title}”.")
-
-        self.app.push_screen(ConfirmScreen(f"Delete “{target.title}”?"), answered)
-
-    def action_export(self, conversation_id: int | None = None) -> None:
-        target = self._target(conversation_id)
-        if target is None:
-            self.notify("Nothing to export yet.", severity="warning")
-            return
-
-        def chosen(path: str | None) -> None:
-            if not path:
-                return
-            from pathlib import Path
-
-            try:
-                written = write_export(Path(path), target, self.store.messages(target.id))
-            except OSError as err:
-                self.notify(f"Export failed: {err}", severity="error")
-                return
-            self.notify(f"Exported to {written}")
-
-        default = str(default_export_path(target))
-        self.app.push_screen(TextPromptScreen("Export to Markdown file", default), chosen)
-
-    # ----------------------------------------------------------------- copy (palette)
-    def _last_reply(self) -> StoredMessage | None:
-        return next((m for m in reversed(self.history) if m.role == "assistant"), None)
-
-    def action_copy_reply(self) -> None:
-        last = self._last_reply()
-        if last is None:
-            self.notify("No reply to copy yet.", severity="warning")
-            return
-        self.app.copy_to_clipboard(last.content)
-        self.notify(f"Copied the last reply ({len(last.content)} characters)")
-
-    def action_copy_code(self) -> None:
-        last = self._last_reply()
-        blocks = code_blocks(last.content) if last else []
-        if not blocks:
-            self.notify("The last reply has no code block.", severity="warning")
-            return
-        self.app.copy_to_clipboard(blocks[-1])
-        self.notify("Copied the last code block of the last reply")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label
@@ -15,7 +17,7 @@ __all__ = ["ConfirmScreen", "TextPromptScreen"]
 class TextPromptScreen(ModalScreen[str | None]):
     """Returns the text (stripped, never empty) or None when cancelled."""
 
-    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape", "dismiss(None)", "Cancel")]
 
     def __init__(self, title: str, value: str = "", placeholder: str = "") -> None:
         super().__init__()
@@ -42,7 +44,7 @@ class TextPromptScreen(ModalScreen[str | None]):
 
 
 class ConfirmScreen(ModalScreen[bool]):
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,n", "dismiss(False)", "No"),
         Binding("y", "dismiss(True)", "Yes"),
     ]

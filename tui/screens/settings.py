@@ -3,9 +3,11 @@ defaults; a bad value is refused here, with its name, before it reaches the daem
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Label, TextArea
@@ -17,7 +19,7 @@ __all__ = ["SettingsScreen"]
 
 
 class SettingsScreen(ModalScreen[ChatSettings | None]):
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "dismiss(None)", "Cancel"),
         Binding("ctrl+s", "save", "Save", priority=True),
     ]

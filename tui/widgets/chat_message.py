@@ -6,9 +6,11 @@ copies its code blocks, one after another on repeated presses.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from markdown_it import MarkdownIt
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.widgets import Label, Markdown, Static
 from textual.widgets.markdown import MarkdownStream
@@ -26,7 +28,7 @@ def code_blocks(markdown: str) -> list[str]:
 
 
 class ChatMessage(Vertical, can_focus=True):
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("c", "copy_text", "Copy message"),
         Binding("y", "copy_code", "Copy code block"),
         Binding("up", "app.focus_previous", "Previous", show=False),

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual import events
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.widgets import TextArea
 
 from tui.messages import PromptSubmitted
@@ -14,7 +16,7 @@ __all__ = ["PromptInput"]
 class PromptInput(TextArea):
     """A TextArea whose Enter submits; a bracketed paste keeps its newlines."""
 
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("ctrl+j,alt+enter,shift+enter", "newline", "New line", show=False),
     ]
 

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import ClassVar
 
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.content import Content
 from textual.widgets import Input, OptionList
@@ -19,7 +20,7 @@ __all__ = ["ConversationList", "Sidebar"]
 
 
 class ConversationList(OptionList):
-    BINDINGS = [
+    BINDINGS: ClassVar[list[BindingType]] = [
         Binding("r,f2", "act('rename')", "Rename"),
         Binding("d,delete", "act('delete')", "Delete"),
         Binding("e", "act('export')", "Export"),
