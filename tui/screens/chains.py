@@ -16,7 +16,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.content import Content
 from textual.screen import Screen
-from textual.widgets import Button, Footer, Header, Input, Label, Select
+from textual.widgets import Button, Footer, Header, Input, Label, Select, Static
 
 from ling_local.errors import ConfigError
 from tui.chains import (
@@ -36,6 +36,15 @@ from tui.widgets.status_bar import StatusBar
 __all__ = ["ChainScreen"]
 
 FROM_FILE = "__file__"
+HINT = (
+    "Pick a chain, give it a task and press Ctrl+R. Each step appears here as it runs: the\n"
+    "prompt it was given (earlier results filled in), its output as it streams, its time\n"
+    "and token counts. Esc stops the chain at any step (and goes back when nothing runs).\n\n"
+    "A chain file is a Python file that defines `chain`, e.g.\n\n"
+    "    from tui.chains import PromptStep, SerialChain\n"
+    '    chain = SerialChain("review", [PromptStep("draft", "Write {task}"),\n'
+    '                                   PromptStep("review", "Review:\\n{draft}")])'
+)
 
 
 class ChainScreen(Screen[None]):
@@ -69,7 +78,7 @@ class ChainScreen(Screen[None]):
                 )
                 yield Button("Run (Ctrl+R)", variant="primary", id="run", compact=True)
             yield Label("", id="chain-description")
-        yield VerticalScroll(id="steps")
+        yield VerticalScroll(Static(HINT, id="steps-hint", markup=False), id="steps")
         yield Label("", id="chain-result")
         yield StatusBar(id="status")
         yield Footer()
