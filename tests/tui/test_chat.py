@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from textual import events
 from textual.widgets import Markdown
 
 from tests.support import DaemonProcess
@@ -266,3 +267,33 @@ async def test_settings_rename_export_delete(store_path: Path, tmp_path: Path) -
         await pilot.pause()
         assert app.store.get(second) is None
         assert screen.conversation is None or screen.conversation.id != second
+
+
+async def test_a_paste_keeps_its_lines_and_does_not_send(store_path: Path) -> None:
+    app = app_for(None, store_path)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = chat(app)
+        await pilot.click("#prompt")
+        app.post_message(events.Paste("def f():\n    return 1\n"))  # as the driver does
+        await pilot.pause()
+        await pilot.press(*"# done", "ctrl+j", "x")
+        assert screen.prompt.text == "def f():\n    return 1\n# done\nx"
+        assert screen.history == []
+
+
+async def test_quitting_while_a_reply_streams_exits_cleanly(
+    daemon: DaemonProcess, store_path: Path
+) -> None:
+    conversation_id = seed_settings(store_path, max_tokens=4000, ignore_eos=True)
+    app = app_for(daemon, store_path)
+    async with app.run_test(size=SIZE) as pilot:
+        screen = chat(app)
+        await wait_for(pilot, lambda: app.daemon_status.ready, what="daemon ready")
+        await send(pilot, "a long answer, please")
+        await wait_for(
+            pilot, lambda: screen.reply is None or screen.reply.meter.chunks > 0, what="streaming"
+        )
+        await pilot.press("ctrl+q")
+    assert stored(store_path, conversation_id)[0] == ("user", "a long answer, please")
+    async with daemon.async_client() as client:
+        assert await daemon_idle(client)
