@@ -35,9 +35,10 @@ class ReplyStats:
 
     @classmethod
     def from_stream(cls, stream: AsyncStream, meter: LiveMeter) -> ReplyStats:
-        """Client-side times come from `meter`, which starts before the request is sent
-        (``stream.first_chunk_s`` starts only once the response headers are in)."""
-        now = time.perf_counter()
+        """Client-side times come from `meter`: it starts before the request is sent
+        (``stream.first_chunk_s`` starts only once the response headers are in) and ends at
+        the last chunk, so drawing the reply is not counted as the model's time."""
+        now = meter.last or time.perf_counter()
         seconds = now - meter.started
         tokens = stream.usage.completion_tokens
         timings = stream.timings
@@ -104,12 +105,13 @@ class LiveMeter:
     def __init__(self) -> None:
         self.started = time.perf_counter()
         self.first: float | None = None
+        self.last = 0.0
         self.chunks = 0
 
     def tick(self) -> None:
-        now = time.perf_counter()
+        self.last = time.perf_counter()
         if self.first is None:
-            self.first = now
+            self.first = self.last
         self.chunks += 1
 
     def format(self) -> str:

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from textual.pilot import Pilot
 
+from tests.support import DaemonProcess, start_daemon, write_profile
 from tui.stats import ReplyStats
 from tui.store import ChatSettings, ConversationStore
 
@@ -32,6 +33,26 @@ And a test:
 assert add(2, 3) == 5
 ```
 """
+
+
+@pytest.fixture(scope="package")
+def slow_daemon(tmp_path_factory: pytest.TempPathFactory) -> DaemonProcess:
+    """A daemon whose replies take seconds, not milliseconds: the embedded engine decodes the
+    shared test model at thousands of tokens a second, faster than a test can press Esc in
+    the middle of a reply. A wider random model (~200 tokens/s on a 2-core CPU) leaves time
+    to cancel, or to kill the TUI, while a reply is really streaming."""
+    from ling_local.bench.random_model import build_random_llama
+
+    model = build_random_llama(
+        tmp_path_factory.mktemp("slow-model"),
+        hidden_size=256,
+        intermediate_size=688,
+        num_layers=6,
+    )
+    profile = write_profile(tmp_path_factory.mktemp("slow-profile") / "slow.toml", str(model))
+    daemon = start_daemon(profile, tmp_path_factory.mktemp("slow-daemon-home"))
+    yield daemon
+    daemon.stop()
 
 
 @pytest.fixture
@@ -82,7 +103,7 @@ async def wait_for(
     while not condition():
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
-        await pilot.pause(0.05)
+        await pilot.pause(0.02)
     await asyncio.sleep(0)
 
 

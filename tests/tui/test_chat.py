@@ -53,27 +53,30 @@ async def send(pilot, text: str) -> None:
 async def test_send_streams_a_reply_and_commits_both_messages(
     daemon: DaemonProcess, store_path: Path
 ) -> None:
-    conversation_id = seed_settings(store_path, max_tokens=48, ignore_eos=True)
+    conversation_id = seed_settings(store_path, max_tokens=400, ignore_eos=True)
     app = app_for(daemon, store_path)
     async with app.run_test(size=SIZE) as pilot:
         screen = chat(app)
         await wait_for(pilot, lambda: app.daemon_status.ready, what="daemon ready")
-        shown_while_streaming = []
+        shown_while_streaming: list[str] = []
 
-        def finished() -> bool:
-            if screen.reply is not None:
+        def sample() -> None:  # runs inside the app, between frames, while the reply streams
+            if screen.reply is not None and screen.reply.widget.is_mounted:
                 shown_while_streaming.append(screen.reply.widget.query_one(Markdown).source)
-            return screen.reply is None and len(screen.history) == 2
 
+        sampler = app.set_interval(0.005, sample)
         await send(pilot, "Write a function that adds two numbers.")
-        await wait_for(pilot, finished, what="reply finished")
+        await wait_for(
+            pilot, lambda: screen.reply is None and len(screen.history) == 2, what="reply finished"
+        )
+        sampler.stop()
         # The reply's text grew on screen before the reply was complete.
         assert any(shown_while_streaming), "no partial text was shown while streaming"
         widgets = screen.log_view.messages()
         assert [w.role for w in widgets] == ["user", "assistant"]
         reply = widgets[-1]
         stats = reply.stats
-        assert stats is not None and 1 <= stats.completion_tokens <= 48
+        assert stats is not None and 1 <= stats.completion_tokens <= 400
         assert stats.finish_reason in ("stop", "length")
         assert stats.ttft_s is not None and 0 < stats.ttft_s < stats.seconds
         assert "tok/s" in str(reply.query_one(".stats").render())
@@ -86,10 +89,10 @@ async def test_send_streams_a_reply_and_commits_both_messages(
 
 
 async def test_escape_cancels_the_reply_and_restores_the_prompt(
-    daemon: DaemonProcess, store_path: Path
+    slow_daemon: DaemonProcess, store_path: Path
 ) -> None:
     conversation_id = seed_settings(store_path, max_tokens=4000, ignore_eos=True)
-    app = app_for(daemon, store_path)
+    app = app_for(slow_daemon, store_path)
     prompt = "Tell me a long story\nabout a compiler."
     async with app.run_test(size=SIZE) as pilot:
         screen = chat(app)
@@ -112,7 +115,7 @@ async def test_escape_cancels_the_reply_and_restores_the_prompt(
         assert screen.reply is None
         assert screen.prompt.text == prompt
         assert screen.log_view.messages() == []
-        async with daemon.async_client() as client:  # stopped in the daemon, not just here
+        async with slow_daemon.async_client() as client:  # stopped in the daemon, not just here
             assert await daemon_idle(client)
     assert stored(store_path, conversation_id) == []
 
@@ -282,10 +285,10 @@ async def test_a_paste_keeps_its_lines_and_does_not_send(store_path: Path) -> No
 
 
 async def test_quitting_while_a_reply_streams_exits_cleanly(
-    daemon: DaemonProcess, store_path: Path
+    slow_daemon: DaemonProcess, store_path: Path
 ) -> None:
     conversation_id = seed_settings(store_path, max_tokens=4000, ignore_eos=True)
-    app = app_for(daemon, store_path)
+    app = app_for(slow_daemon, store_path)
     async with app.run_test(size=SIZE) as pilot:
         screen = chat(app)
         await wait_for(pilot, lambda: app.daemon_status.ready, what="daemon ready")
@@ -295,5 +298,5 @@ async def test_quitting_while_a_reply_streams_exits_cleanly(
         )
         await pilot.press("ctrl+q")
     assert stored(store_path, conversation_id)[0] == ("user", "a long answer, please")
-    async with daemon.async_client() as client:
+    async with slow_daemon.async_client() as client:
         assert await daemon_idle(client)

@@ -165,39 +165,42 @@ class ChatScreen(ConversationActions, Screen[None]):
         if self.editing is not None and self.conversation is not None:
             self._drop_from(self.editing.id)
             self._leave_edit()
+        created = self.conversation is None
         if self.conversation is None:
             self.conversation = self.store.create(title_from(text), self.draft_settings)
             self.sub_title = self.conversation.title
         message = self.store.add_message(self.conversation.id, "user", text)
         self.history.append(message)
-        self.log_view.add(ChatMessage("user", text, message_id=message.id))
+        reply = self._start_reply(message)  # the request goes out before the screen work
+        self.log_view.add(ChatMessage("user", text, message_id=message.id), before=reply.widget)
         self.prompt.load_text("")
-        self._start_reply(message)
-        self.refresh_sidebar()
+        if created:  # otherwise the sidebar catches up when the reply is in
+            self.refresh_sidebar()
 
-    def _start_reply(self, prompt: StoredMessage) -> None:
+    def _start_reply(self, prompt: StoredMessage) -> ReplyInFlight:
         assert self.conversation is not None
         model = self.app.daemon_status.model
         widget = self.log_view.add(ChatMessage("assistant", speaker=model))
         self.reply = ReplyInFlight(model, self.conversation, prompt, widget, LiveMeter())
         self.refresh_bindings()
         self._stream_reply(self.reply)
+        return self.reply
 
     @work(exclusive=True, group="reply")
     async def _stream_reply(self, reply: ReplyInFlight) -> None:
         settings = reply.conversation.settings
-        body = reply.widget.stream()
         status = self.query_one(StatusBar)
         timer = self.set_interval(0.25, lambda: status.show_numbers(reply.meter.format()))
-        stream = None
+        stream = body = None
         try:
             stream = await self.app.link.client.stream_chat(
                 chat_payload(settings, self.history), **request_options(settings)
             )
+            body = await reply.widget.stream()
             async for chunk in stream:
                 if chunk.text:
                     reply.meter.tick()
-                    await body.write(chunk.text)
+                    await body.write(chunk.text)  # drawn once a frame, not once a token
             await body.stop()
             stats = ReplyStats.from_stream(stream, reply.meter)
             stored = self.store.add_message(
@@ -218,7 +221,8 @@ class ChatScreen(ConversationActions, Screen[None]):
             timer.stop()
             if stream is not None:
                 await stream.aclose()
-            await body.stop()
+            if body is not None:
+                await body.stop()
             if self.reply is reply:
                 self.reply = None
                 self.refresh_bindings()

@@ -7,9 +7,9 @@ import time
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.widgets import Collapsible, Label, Markdown, Static
-from textual.widgets.markdown import MarkdownStream
 
 from tui.chains import StepFinished
+from tui.widgets.framed_stream import FramedStream
 
 __all__ = ["StepPanel"]
 
@@ -23,7 +23,7 @@ class StepPanel(Vertical):
         self.state = "running"
         self.output = ""
         self.started = time.perf_counter()
-        self._stream: MarkdownStream | None = None
+        self._stream: FramedStream | None = None
 
     def compose(self) -> ComposeResult:
         yield Label(self._title(), classes="step-title")
@@ -44,7 +44,8 @@ class StepPanel(Vertical):
 
     async def write(self, text: str) -> None:
         if self._stream is None:
-            self._stream = Markdown.get_stream(self.query_one(".step-output", Markdown))
+            output = self.query_one(".step-output", Markdown)
+            self._stream = FramedStream(Markdown.get_stream(output))
         self.output += text
         await self._stream.write(text)
 

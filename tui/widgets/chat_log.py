@@ -54,12 +54,12 @@ class ChatLog(VerticalScroll, can_focus=False):
         self.call_after_refresh(self.scroll_end, animate=False)
         self.anchor()
 
-    def add(self, message: ChatMessage) -> ChatMessage:
+    def add(self, message: ChatMessage, before: ChatMessage | None = None) -> ChatMessage:
         for empty in self.query(EmptyState):
             empty.remove()
         for notice in self.query(ErrorNotice):
             notice.remove()
-        self.mount(message)
+        self.mount(message, before=before)
         self.anchor()
         return message
 

@@ -6,6 +6,7 @@ copies its code blocks, one after another on repeated presses.
 
 from __future__ import annotations
 
+import asyncio
 from typing import ClassVar
 
 from markdown_it import MarkdownIt
@@ -13,9 +14,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.widgets import Label, Markdown, Static
-from textual.widgets.markdown import MarkdownStream
 
 from tui.stats import ReplyStats
+from tui.widgets.framed_stream import FramedStream
 
 __all__ = ["ChatMessage", "code_blocks"]
 
@@ -51,6 +52,7 @@ class ChatMessage(Vertical, can_focus=True):
         self.stats = stats
         self.message_id = message_id
         self._code_index = 0
+        self._mounted = asyncio.Event()
 
     def compose(self) -> ComposeResult:
         yield Label(self.speaker, classes="speaker")
@@ -59,11 +61,13 @@ class ChatMessage(Vertical, can_focus=True):
 
     def on_mount(self) -> None:
         self.query_one(".stats", Static).display = self.stats is not None
+        self._mounted.set()
 
-    def stream(self) -> MarkdownStream:
-        """Start streaming text into the body (the reply in flight)."""
+    async def stream(self) -> FramedStream:
+        """Start streaming text into the body (the reply in flight), once it is on screen."""
+        await self._mounted.wait()
         self.add_class("-streaming")
-        return Markdown.get_stream(self.query_one(".body", Markdown))
+        return FramedStream(Markdown.get_stream(self.query_one(".body", Markdown)))
 
     def set_live(self, text: str) -> None:
         """The reply's numbers while it streams."""
