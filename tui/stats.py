@@ -119,5 +119,6 @@ class LiveMeter:
             return f"waiting for the first token… {time.perf_counter() - self.started:.1f} s"
         ttft = (self.first - self.started) * 1000
         decode = time.perf_counter() - self.first
-        rate = f" · ~{(self.chunks - 1) / decode:.0f} tok/s" if decode > 0.2 else ""
+        # Chunks, not tokens: the exact token count comes with the last chunk.
+        rate = f" · {(self.chunks - 1) / decode:.0f} chunks/s" if decode > 0.2 else ""
         return f"streaming · TTFT {ttft:.0f} ms{rate}"

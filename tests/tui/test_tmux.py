@@ -20,8 +20,13 @@ from tests.tui.pty_app import home_store
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 
 
+SOCKET = f"ling-tui-test-{uuid.uuid4().hex[:8]}"
+"""A private tmux server: sessions of other tmux users on this machine cannot resize ours."""
+
+
 def tmux(*args: str) -> str:
-    return subprocess.run(["tmux", *args], check=True, capture_output=True, text=True).stdout
+    command = ["tmux", "-L", SOCKET, "-f", "/dev/null", *args]
+    return subprocess.run(command, check=True, capture_output=True, text=True).stdout
 
 
 def capture(session: str) -> list[str]:
@@ -29,15 +34,17 @@ def capture(session: str) -> list[str]:
 
 
 def wait_for_screen(session: str, needles: list[str], timeout: float = 60.0) -> list[str]:
+    """The screen once it shows every needle and has stopped changing (a settled frame)."""
     deadline = time.monotonic() + timeout
+    previous: list[str] = []
     while True:
         lines = capture(session)
-        if all(any(n in line for line in lines) for n in needles):
-            time.sleep(0.3)  # let the last frame land
-            return capture(session)
+        if lines == previous and all(any(n in line for line in lines) for n in needles):
+            return lines
         if time.monotonic() > deadline:
             raise AssertionError("screen never showed " + repr(needles) + ":\n" + "\n".join(lines))
-        time.sleep(0.1)
+        previous = lines
+        time.sleep(0.3)
 
 
 @pytest.mark.parametrize("size", [(80, 24), (200, 50)], ids=["80x24", "200x50"])
@@ -50,8 +57,9 @@ def test_tui_in_tmux_lays_out_without_overlap(
     env = child_env(
         home, LING_LOCAL_URL=daemon.url, LING_LOCAL_TOKEN=daemon.token, TERM="xterm-256color"
     )
+    # `env -u`: a COLUMNS/LINES inherited from the test runner would pin the app's size.
     command = (
-        "env "
+        "env -u COLUMNS -u LINES "
         + " ".join(
             shlex.quote(f"{k}={v}")
             for k, v in env.items()
@@ -104,4 +112,4 @@ def test_tui_in_tmux_lays_out_without_overlap(
         assert "send the prompt" in "\n".join(help_screen)
         assert "f1 Help" in help_screen[-1]
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], capture_output=True)
+        subprocess.run(["tmux", "-L", SOCKET, "kill-server"], capture_output=True)

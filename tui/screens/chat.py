@@ -261,6 +261,8 @@ class ChatScreen(ConversationActions, Screen[None]):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "stop":
             return self.reply is not None or self.editing is not None
+        if action in ("regenerate", "edit_last"):  # hidden while a reply streams: room for Stop
+            return self.reply is None
         return True
 
     def action_stop(self) -> None:
