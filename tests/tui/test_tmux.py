@@ -7,6 +7,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -20,12 +21,12 @@ from tests.tui.pty_app import home_store
 pytestmark = pytest.mark.skipif(shutil.which("tmux") is None, reason="tmux is not installed")
 
 
-SOCKET = f"ling-tui-test-{uuid.uuid4().hex[:8]}"
+SOCKET = Path(tempfile.gettempdir()) / f"ling-tui-tmux-{uuid.uuid4().hex[:8]}"
 """A private tmux server: sessions of other tmux users on this machine cannot resize ours."""
 
 
 def tmux(*args: str) -> str:
-    command = ["tmux", "-L", SOCKET, "-f", "/dev/null", *args]
+    command = ["tmux", "-S", str(SOCKET), "-f", "/dev/null", *args]
     return subprocess.run(command, check=True, capture_output=True, text=True).stdout
 
 
@@ -112,4 +113,5 @@ def test_tui_in_tmux_lays_out_without_overlap(
         assert "send the prompt" in "\n".join(help_screen)
         assert "f1 Help" in help_screen[-1]
     finally:
-        subprocess.run(["tmux", "-L", SOCKET, "kill-server"], capture_output=True)
+        subprocess.run(["tmux", "-S", str(SOCKET), "kill-server"], capture_output=True)
+        SOCKET.unlink(missing_ok=True)
