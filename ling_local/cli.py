@@ -123,11 +123,16 @@ def lsp(
 
 
 @app.command()
-def tui() -> None:
-    """The chat TUI."""
+def tui(
+    chain: Annotated[
+        str | None,
+        typer.Option(help="Open the agent-chain view with this chain file (defines `chain`)."),
+    ] = None,
+) -> None:
+    """The chat TUI: conversations with the local model, and agent chains step by step."""
     from tui.app import main as tui_main
 
-    tui_main()
+    tui_main(chain_file=chain)
 
 
 @bench_app.command("quality")
