@@ -58,6 +58,8 @@ class EngineSettings(_Section):
     """Capture the decode step in a CUDA graph when running on a GPU."""
     compile: bool = False
     """torch.compile the graph-captured step (fuses small ops; costs start-up time)."""
+    quantize: Literal["none", "int8"] = "none"
+    """Weight-only int8 matmuls on the CPU (4x fewer bytes per token; slightly less exact)."""
     warmup: bool = True
     """Run one short generation at start so the first user request is not the slow one."""
 

@@ -104,7 +104,9 @@ class TorchEngine:
         if max_pos and self.context_length > max_pos:
             self.context_length = max_pos
         if supports(model.config):
-            self.runner = LlamaRunner(model, device, self.context_length, engine.cuda_graphs)
+            self.runner = LlamaRunner(
+                model, device, self.context_length, engine.cuda_graphs, engine.quantize
+            )
         else:
             self.runner = HFRunner(model, device)
         draft = draft_cache = None
@@ -125,7 +127,9 @@ class TorchEngine:
             model_dir,
             device,
             dtype,
-            "lean" if isinstance(self.runner, LlamaRunner) else "transformers",
+            ("lean, int8" if getattr(self.runner, "quantized", False) else "lean")
+            if isinstance(self.runner, LlamaRunner)
+            else "transformers",
             ", draft" if draft else "",
             time.perf_counter() - t0,
         )
@@ -137,7 +141,8 @@ class TorchEngine:
             raise ConfigError(f"the draft at {path} needs a Llama-family target and draft")
         if model.config.vocab_size != self.runner.vocab_size:
             raise ConfigError(f"the draft at {path} has another vocabulary than the model")
-        return LlamaRunner(model, device, self.context_length, self.profile.engine.cuda_graphs)
+        engine = self.profile.engine
+        return LlamaRunner(model, device, self.context_length, engine.cuda_graphs, engine.quantize)
 
     async def _warmup(self) -> None:
         request = GenerationRequest(
