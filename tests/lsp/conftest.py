@@ -23,19 +23,21 @@ from tests.support import DaemonProcess, child_env
 # keep the suite fast on two cores.
 TEST_SETTINGS: dict[str, Any] = {"temperature": 1.0, "seed": 11, "maxTokens": 16}
 
-SOURCE = '''import math
-
-
-def circle_area(radius):
-    """Area of a circle."""
-    return math.pi * radius ** 2
-
-
-def describe(shape, size):
-    
-
-print(circle_area(2.0))
-'''
+SOURCE = "\n".join([
+    "import math",
+    "",
+    "",
+    "def circle_area(radius):",
+    '    """Area of a circle."""',
+    "    return math.pi * radius ** 2",
+    "",
+    "",
+    "def describe(shape, size):",
+    "    ",  # the cursor's line: an indented empty line in a function body
+    "",
+    "print(circle_area(2.0))",
+    "",
+])  # fmt: skip
 
 StartLsp = Callable[..., Awaitable[LanguageClient]]
 
