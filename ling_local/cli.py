@@ -128,6 +128,50 @@ def tui() -> None:
     tui_main()
 
 
+@bench_app.command("engine")
+def bench_engine(
+    device: Annotated[str, typer.Option(help="cuda or cpu")] = "cuda",
+    model: Annotated[
+        str | None, typer.Option(help="HF model dir (default: a random Llama-3.2-1B-shaped model)")
+    ] = None,
+    out: Annotated[str, typer.Option(help="Where to write JSON and Markdown")] = "bench-out",
+    prompt_tokens: int = 512,
+    new_tokens: int = 256,
+    repeats: int = 3,
+    baselines: Annotated[
+        str, typer.Option(help="comma list: hf-static,gptfast")
+    ] = "hf-static,gptfast",
+    variants: Annotated[
+        str, typer.Option(help="comma list: eager,graphs,compiled,prompt-lookup")
+    ] = "graphs,compiled,prompt-lookup",
+    reuse: Annotated[
+        bool, typer.Option(help="Also time 8 tokens on a reused 1,500-token prefix")
+    ] = False,
+) -> None:
+    """Batch-1 decode of the embedded engine vs transformers and a gpt-fast-style loop."""
+    import json
+
+    from ling_local.bench.engine import reuse_latency, run_engine_bench
+
+    def split(value: str) -> tuple[str, ...]:
+        return tuple(v for v in value.split(",") if v)
+
+    result = run_engine_bench(
+        device=device,
+        model=model,
+        out_dir=out,
+        prompt_tokens=prompt_tokens,
+        new_tokens=new_tokens,
+        repeats=repeats,
+        baselines=split(baselines),
+        variants=split(variants),
+    )
+    typer.echo(result.markdown())
+    if reuse and model:
+        numbers = reuse_latency(__import__("pathlib").Path(model), device)
+        typer.echo(json.dumps(numbers))
+
+
 def main() -> None:
     try:
         app()

@@ -293,15 +293,22 @@ class Stream:
         self._url = url
 
     def __iter__(self) -> Iterator[Chunk]:
+        return self
+
+    def __next__(self) -> Chunk:
         try:
             for line in self._lines:
                 chunk = self._state.parse(line)
                 if chunk is not None:
-                    yield chunk
+                    return chunk
         except httpx.TransportError as err:
-            raise _unavailable(self._url, err) from None
-        finally:
             self.close()
+            raise _unavailable(self._url, err) from None
+        except BaseException:
+            self.close()
+            raise
+        self.close()
+        raise StopIteration
 
     def close(self) -> None:
         self._response.close()
@@ -434,18 +441,26 @@ class AsyncStream:
     def __init__(self, response: httpx.Response, kind: str, url: str) -> None:
         self._response = response
         self._state = _StreamState(kind)
+        self._lines = response.aiter_lines()
         self._url = url
 
-    async def __aiter__(self) -> AsyncIterator[Chunk]:
+    def __aiter__(self) -> AsyncIterator[Chunk]:
+        return self
+
+    async def __anext__(self) -> Chunk:
         try:
-            async for line in self._response.aiter_lines():
+            async for line in self._lines:
                 chunk = self._state.parse(line)
                 if chunk is not None:
-                    yield chunk
+                    return chunk
         except httpx.TransportError as err:
-            raise _unavailable(self._url, err) from None
-        finally:
             await self.aclose()
+            raise _unavailable(self._url, err) from None
+        except BaseException:
+            await self.aclose()
+            raise
+        await self.aclose()
+        raise StopAsyncIteration
 
     async def aclose(self) -> None:
         await self._response.aclose()

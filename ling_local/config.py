@@ -54,6 +54,8 @@ class EngineSettings(_Section):
     """How many tokens a draft (or prompt lookup) proposes per verify step."""
     cuda_graphs: bool = True
     """Capture the decode step in a CUDA graph when running on a GPU."""
+    compile: bool = False
+    """torch.compile the graph-captured step (fuses small ops; costs start-up time)."""
     warmup: bool = True
     """Run one short generation at start so the first user request is not the slow one."""
 

@@ -14,8 +14,9 @@ from tests.support import (
 
 
 @pytest.fixture(autouse=True)
-def _isolated_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
-                   ) -> None:
+def _isolated_home(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No test ever touches the real ~/.config or ~/.local: everything goes to a tmp home."""
     monkeypatch.setenv("LING_LOCAL_HOME", str(tmp_path_factory.mktemp("home")))
     for var in ("LING_LOCAL_URL", "LING_LOCAL_TOKEN"):
@@ -29,8 +30,9 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         return SHIPPED_TINY
     from ling_local.bench.random_model import build_random_llama
 
-    return build_random_llama(tmp_path_factory.mktemp("model"), vocab_size=1024,
-                              hidden_size=64, num_layers=2)
+    return build_random_llama(
+        tmp_path_factory.mktemp("model"), vocab_size=1024, hidden_size=64, num_layers=2
+    )
 
 
 @pytest.fixture(scope="session")
@@ -44,3 +46,37 @@ def daemon(profile_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Daem
     d = start_daemon(profile_path, tmp_path_factory.mktemp("daemon-home"))
     yield d
     d.stop()
+
+
+@pytest.fixture(scope="module")
+def app_client(profile_path: Path):
+    """The daemon's app in-process (same factory as `serve`), with its lifespan running."""
+    from starlette.testclient import TestClient
+
+    from ling_local.config import load_profile
+    from ling_local.server.app import create_app
+
+    app = create_app(load_profile(str(profile_path)), token="test-token", wait_for_engine=True)
+    with TestClient(
+        app, base_url="http://127.0.0.1:8741", headers={"Authorization": "Bearer test-token"}
+    ) as client:
+        yield client
+
+
+@pytest.fixture(scope="session")
+def draft_dir(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The shipped draft next to the shipped model, else a smaller random Llama with the
+    same tokenizer as the random `model_dir`."""
+    shipped = SHIPPED_TINY.parent / "tiny-draft"
+    if model_dir == SHIPPED_TINY and (shipped / "config.json").is_file():
+        return shipped
+    from ling_local.bench.random_model import build_random_llama
+
+    return build_random_llama(
+        tmp_path_factory.mktemp("draft"),
+        vocab_size=1024,
+        hidden_size=32,
+        num_layers=1,
+        num_heads=2,
+        seed=1,
+    )

@@ -68,10 +68,14 @@ class DaemonProcess:
 
     def http(self) -> httpx.Client:
         base = self.url if not self.url.startswith("unix:") else "http://localhost"
-        transport = (httpx.HTTPTransport(uds=self.url[5:]) if self.url.startswith("unix:")
-                     else None)
-        return httpx.Client(base_url=base, transport=transport, trust_env=False,
-                            headers={"Authorization": f"Bearer {self.token}"}, timeout=60)
+        transport = httpx.HTTPTransport(uds=self.url[5:]) if self.url.startswith("unix:") else None
+        return httpx.Client(
+            base_url=base,
+            transport=transport,
+            trust_env=False,
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=60,
+        )
 
     def stop(self, sig: int = signal.SIGTERM) -> int:
         if self.process.poll() is None:
@@ -84,8 +88,13 @@ class DaemonProcess:
         return self.process.returncode
 
 
-def start_daemon(profile: str | Path, home: Path, *args: str, timeout: float = 120.0,
-                 env: dict[str, str] | None = None) -> DaemonProcess:
+def start_daemon(
+    profile: str | Path,
+    home: Path,
+    *args: str,
+    timeout: float = 120.0,
+    env: dict[str, str] | None = None,
+) -> DaemonProcess:
     """Run `python -m ling_local serve` like a user would and wait until it is ready."""
     home.mkdir(parents=True, exist_ok=True)
     log = home / "daemon.stderr"
@@ -94,8 +103,7 @@ def start_daemon(profile: str | Path, home: Path, *args: str, timeout: float = 1
     if "--port" not in args and "--uds" not in args:
         cmd += ["--port", "0"]
     with open(log, "wb") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=child,
-                                cwd=str(REPO))
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=child, cwd=str(REPO))
     runtime = home / "run" / "daemon.json"
     deadline = time.monotonic() + timeout
     url = None

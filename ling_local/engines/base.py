@@ -144,6 +144,8 @@ class Delta:
     stats: GenerationStats | None = None
     error: str = ""
     """Why the stream ended, when finish_reason is 'error'."""
+    token_ids: list[int] = field(default_factory=list)
+    """The ids behind `text`, where the engine knows them."""
 
     def merged(self, later: Delta) -> Delta:
         """This delta followed by a later one, as one (the relay coalesces bursts)."""
@@ -153,6 +155,7 @@ class Delta:
             later.finish_reason,
             later.stats,
             later.error,
+            self.token_ids + later.token_ids,
         )
 
 

@@ -4,6 +4,8 @@ worker thread that steps the highest-priority live generation one forward pass a
 A running chat is therefore paused between tokens (not cancelled) while a completion runs,
 and each generation keeps its own KV slot, so the chat resumes without recomputing anything.
 Cancellation is checked before every step: a cancelled request costs at most one more step.
+Llama-family checkpoints run on the lean path (`llama_runner`, CUDA graphs on a GPU); any
+other architecture runs through transformers' own forward (`hf_runner`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -25,50 +27,23 @@ from ling_local.engines.base import (
     EngineState,
     FinishReason,
     GenerationRequest,
-    GenerationStats,
+    Priority,
+    SamplingParams,
 )
+from ling_local.engines.decoding import Decoder
 from ling_local.engines.detok import IncrementalDetokenizer, StopMatcher
+from ling_local.engines.generation import Generation
 from ling_local.engines.hf_runner import HFRunner, load_causal_lm, resolve_device, resolve_dtype
-from ling_local.engines.prefix_cache import PrefixCache, Slot
-from ling_local.engines.sampling import make_generator, sample
-from ling_local.errors import EngineNotReady, RequestError
+from ling_local.engines.llama_runner import LlamaRunner, supports
+from ling_local.engines.prefix_cache import PrefixCache
+from ling_local.engines.sampling import make_generator
+from ling_local.engines.speculative import NgramIndex
+from ling_local.errors import ConfigError, EngineNotReady, RequestError
 from ling_local.tokenization import TextTokenizer, load_tokenizer
 
 __all__ = ["TorchEngine"]
 
 log = logging.getLogger(__name__)
-
-#: Prompt tokens fed per forward pass; bounds how long a higher-priority request waits.
-PREFILL_CHUNK = 512
-
-
-@dataclass(eq=False, slots=True)
-class _Generation:
-    request: GenerationRequest
-    prompt_ids: list[int]
-    max_tokens: int
-    loop: asyncio.AbstractEventLoop
-    queue: asyncio.Queue
-    seq: int
-    detok: IncrementalDetokenizer
-    stopper: StopMatcher
-    stop_ids: frozenset[int]
-    generator: torch.Generator | None = None
-    slot: Slot | None = None
-    fed: int = 0
-    """Prompt tokens already in the slot's KV."""
-    next_token: int | None = None
-    """Sampled token not yet fed to the model."""
-    n_generated: int = 0
-    unsent_tokens: int = 0
-    t_start: float = 0.0
-    t_first: float | None = None
-    t_last: float = 0.0
-    stats: GenerationStats = field(default_factory=GenerationStats)
-
-    @property
-    def key(self) -> tuple[int, int]:
-        return (int(self.request.priority), self.seq)
 
 
 class TorchEngine:
@@ -83,13 +58,18 @@ class TorchEngine:
         self.state = EngineState.STARTING
         self.detail = ""
         self.tokenizer: TextTokenizer | None = None
-        self.runner: HFRunner | None = None
-        self.prefix_cache: PrefixCache | None = None
-        self._active: list[_Generation] = []
+        self.runner: Any = None
+        self.decoder: Decoder | None = None
+        self._active: list[Generation] = []
+        self._arrivals = 0
         self._cond = threading.Condition()
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._stopping = False
+
+    @property
+    def prefix_cache(self) -> PrefixCache | None:
+        return None if self.decoder is None else self.decoder.cache
 
     # ----------------------------------------------------------------- lifecycle
     async def start(self) -> None:
@@ -106,9 +86,9 @@ class TorchEngine:
             await self._warmup()
 
     def _load(self) -> None:
-        settings = self.profile.model
-        if self.profile.engine.threads:
-            torch.set_num_threads(self.profile.engine.threads)
+        settings, engine = self.profile.model, self.profile.engine
+        if engine.threads:
+            torch.set_num_threads(engine.threads)
         device = resolve_device(settings.device)
         dtype = resolve_dtype(settings.dtype, device)
         model_dir = self.profile.resolve_path(settings.path)
@@ -118,20 +98,45 @@ class TorchEngine:
         model = load_causal_lm(
             model_dir, dtype=dtype, device=device, trust_remote_code=settings.trust_remote_code
         )
-        self.runner = HFRunner(model, device)
         max_pos = getattr(model.config, "max_position_embeddings", None)
         if max_pos and self.context_length > max_pos:
             self.context_length = max_pos
-        self.prefix_cache = PrefixCache(
-            self.profile.engine.cache_slots, self.runner.new_cache, self.runner.crop
+        if supports(model.config):
+            self.runner = LlamaRunner(model, device, self.context_length, engine.cuda_graphs)
+        else:
+            self.runner = HFRunner(model, device)
+        draft = draft_cache = None
+        if engine.speculative in ("draft", "auto") and settings.draft_path:
+            draft = self._load_draft(device, dtype)
+            draft_cache = PrefixCache(engine.cache_slots, draft.new_cache, draft.crop)
+        self.decoder = Decoder(
+            self.runner,
+            PrefixCache(engine.cache_slots, self.runner.new_cache, self.runner.crop),
+            draft=draft,
+            draft_cache=draft_cache,
+            num_speculative=engine.num_speculative_tokens,
+            compile_graphs=engine.compile,
         )
         log.info(
-            "loaded %s on %s (%s) in %.2fs", model_dir, device, dtype, time.perf_counter() - t0
+            "loaded %s on %s (%s, %s path%s) in %.2fs",
+            model_dir,
+            device,
+            dtype,
+            "lean" if isinstance(self.runner, LlamaRunner) else "transformers",
+            ", draft" if draft else "",
+            time.perf_counter() - t0,
         )
 
-    async def _warmup(self) -> None:
-        from ling_local.engines.base import Priority, SamplingParams
+    def _load_draft(self, device: torch.device, dtype: torch.dtype) -> LlamaRunner:
+        path = self.profile.resolve_path(self.profile.model.draft_path)
+        model = load_causal_lm(path, dtype=dtype, device=device)
+        if not supports(model.config) or not isinstance(self.runner, LlamaRunner):
+            raise ConfigError(f"the draft at {path} needs a Llama-family target and draft")
+        if model.config.vocab_size != self.runner.vocab_size:
+            raise ConfigError(f"the draft at {path} has another vocabulary than the model")
+        return LlamaRunner(model, device, self.context_length, self.profile.engine.cuda_graphs)
 
+    async def _warmup(self) -> None:
         request = GenerationRequest(
             prompt="def main():\n",
             priority=Priority.AGENT,
@@ -140,8 +145,8 @@ class TorchEngine:
         )
         async for _ in self.stream(request):
             pass
-        assert self.prefix_cache is not None
-        self.prefix_cache.clear()
+        assert self.decoder is not None
+        self.decoder.cache.clear()
 
     async def stop(self) -> None:
         with self._cond:
@@ -172,14 +177,14 @@ class TorchEngine:
         gen = self._new_generation(request)
         with self._cond:
             self._active.append(gen)
+            self._arrivals += 1
             self._cond.notify()
         finished = False
         try:
             while True:
                 delta = await gen.queue.get()
                 while not gen.queue.empty() and delta.finish_reason is None:
-                    nxt = gen.queue.get_nowait()
-                    delta = delta.merged(nxt)
+                    delta = delta.merged(gen.queue.get_nowait())
                 finished = delta.finish_reason is not None
                 yield delta
                 if finished:
@@ -191,7 +196,7 @@ class TorchEngine:
     async def abort(self, request: GenerationRequest) -> None:
         request.cancel()
 
-    def _new_generation(self, request: GenerationRequest) -> _Generation:
+    def _new_generation(self, request: GenerationRequest) -> Generation:
         assert self.tokenizer is not None and self.runner is not None
         ids = (
             request.prompt_ids
@@ -210,7 +215,9 @@ class TorchEngine:
         stop_ids = set(params.stop_token_ids)
         if not params.ignore_eos:
             stop_ids.update(self.tokenizer.eos_token_ids)
-        return _Generation(
+        mode = self.profile.engine.speculative
+        speculate = mode != "none" and params.greedy
+        return Generation(
             request=request,
             prompt_ids=list(ids),
             max_tokens=min(params.max_tokens, room),
@@ -221,6 +228,9 @@ class TorchEngine:
             stopper=StopMatcher(params.stop),
             stop_ids=frozenset(stop_ids),
             generator=make_generator(params.seed, self.runner.device),
+            history=NgramIndex(ids) if speculate and mode in ("prompt_lookup", "auto") else None,
+            speculate=speculate,
+            t_start=time.perf_counter(),
         )
 
     # ----------------------------------------------------------------- worker thread
@@ -233,99 +243,36 @@ class TorchEngine:
                 if self._stopping and not self._active:
                     return
                 for gen in [g for g in self._active if g.request.cancelled]:
-                    self._finish(gen, "cancelled")
+                    self._end(gen, "cancelled")
                 if not self._active:
                     continue
                 gen = min(self._active, key=lambda g: g.key)
+                arrivals = self._arrivals
             try:
-                self._step(gen)
+                with torch.inference_mode():
+                    reason = self.decoder.step(
+                        gen, lambda a=arrivals, g=gen: g.request.cancelled or self._arrivals != a
+                    )
             except Exception as err:  # a failed forward ends this request, not the engine
                 log.exception("generation %s failed", gen.request.request_id)
-                self._finish(gen, "error", f"engine error: {err}")
+                self._end(gen, "error", f"engine error: {err}")
+                continue
+            if reason is not None:
+                self._end(gen, reason)
 
-    def _step(self, gen: _Generation) -> None:
-        runner, cache = self.runner, self.prefix_cache
-        assert runner is not None and cache is not None
-        if gen.slot is None:
-            gen.t_start = time.perf_counter()
-            gen.slot, gen.fed = cache.acquire(gen.prompt_ids)
-            gen.stats.prompt_tokens = len(gen.prompt_ids)
-            gen.stats.cached_tokens = gen.fed
-        slot = gen.slot
-        if gen.next_token is None:  # prefill, in chunks so higher priorities get a turn
-            chunk = gen.prompt_ids[gen.fed : gen.fed + PREFILL_CHUNK]
-            logits = runner.forward(slot.cache, chunk)
-            slot.ids.extend(chunk)
-            gen.fed += len(chunk)
-            if gen.fed < len(gen.prompt_ids):
-                return
-        else:
-            token = gen.next_token
-            logits = runner.forward(slot.cache, [token])
-            slot.ids.append(token)
-        params = gen.request.sampling
-        token = int(sample(logits, params.temperature, params.top_p, gen.generator))
-        self._on_token(gen, token)
-
-    def _on_token(self, gen: _Generation, token: int) -> None:
-        now = time.perf_counter()
-        if gen.t_first is None:
-            gen.t_first = now
-        gen.t_last = now
-        if token in gen.stop_ids:
-            self._finish(gen, "stop")
-            return
-        gen.n_generated += 1
-        gen.unsent_tokens += 1
-        gen.next_token = token
-        text, hit_stop = gen.stopper.feed(gen.detok.push((token,)))
-        if hit_stop:
-            self._finish(gen, "stop", text=text, at_stop_string=True)
-            return
-        if gen.n_generated >= gen.max_tokens:
-            self._finish(gen, "length", text=text)
-            return
-        if text:
-            self._emit(gen, Delta(text, gen.unsent_tokens))
-            gen.unsent_tokens = 0
-
-    def _emit(self, gen: _Generation, delta: Delta) -> None:
-        gen.loop.call_soon_threadsafe(gen.queue.put_nowait, delta)
-
-    def _finish(
-        self,
-        gen: _Generation,
-        reason: FinishReason,
-        error: str = "",
-        text: str = "",
-        at_stop_string: bool = False,
-    ) -> None:
-        if not at_stop_string:
-            # Release what was held back for a possible stop string or a split character.
-            tail, hit = gen.stopper.feed(gen.detok.flush())
-            text += tail
-            if not hit:
-                text += gen.stopper.finish()
-        stats = gen.stats
-        stats.completion_tokens = gen.n_generated
-        stats.finish_reason = reason
-        stats.queue_s = gen.request.queue_s
-        if gen.t_first is not None:
-            stats.ttft_s = gen.t_first - gen.t_start
-            if gen.n_generated > 1:
-                stats.tpot_s = (gen.t_last - gen.t_first) / (gen.n_generated - 1)
-        if gen.slot is not None and self.prefix_cache is not None:
-            self.prefix_cache.release(gen.slot)
-            gen.slot = None
+    def _end(self, gen: Generation, reason: FinishReason, error: str = "") -> None:
+        """End a generation. Never raises: a stuck stream would hang its client."""
+        assert self.decoder is not None
         with self._cond:
             if gen in self._active:
                 self._active.remove(gen)
-        if error:
-            log.warning("%s: %s", gen.request.request_id, error)
-        self._emit(gen, Delta(text, gen.unsent_tokens, reason, stats, error))
-        gen.unsent_tokens = 0
-        if gen.request.on_finish is not None:
-            try:
-                gen.request.on_finish(stats)
-            except Exception:
-                log.exception("on_finish callback failed")
+        try:
+            self.decoder.release(gen)
+            gen.finish(reason, error)
+        except Exception as err:
+            log.exception("ending %s failed", gen.request.request_id)
+            if not gen.done:
+                gen.done = True
+                gen.loop.call_soon_threadsafe(
+                    gen.queue.put_nowait, Delta("", 0, "error", gen.stats, f"engine error: {err}")
+                )

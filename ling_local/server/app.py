@@ -22,7 +22,7 @@ from ling_local.errors import LingLocalError
 from ling_local.metrics import Metrics
 from ling_local.scheduler import Scheduler
 from ling_local.server.openai_api import router
-from ling_local.server.security import SecurityMiddleware
+from ling_local.server.security import BodySizeLimit, SecurityMiddleware
 from ling_local.server.state import DaemonState
 
 __all__ = ["create_app"]
@@ -95,7 +95,6 @@ def create_app(
         title="ling-local",
         version=__version__,
         lifespan=lifespan,
-        max_body_size=profile.limits.max_body_bytes,
         docs_url=None,
         redoc_url=None,
     )
@@ -150,6 +149,8 @@ def create_app(
         log.exception("unexpected error")
         return _error(500, f"internal error: {type(err).__name__}", "server_error")
 
+    # Added last = runs first: refuse foreign hosts and bad tokens before reading bodies.
+    app.add_middleware(BodySizeLimit, max_bytes=profile.limits.max_body_bytes)
     app.add_middleware(
         SecurityMiddleware,
         token=token,

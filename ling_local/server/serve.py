@@ -53,6 +53,13 @@ class _Server(uvicorn.Server):
         discovery.write_daemon_info(self.url, self.profile.name, self.profile.served_model_name)
         asyncio.get_running_loop().create_task(self._announce_ready())
 
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # uvicorn re-raises SIGTERM/SIGINT after run() returns, so clean up here, not later.
+        try:
+            await super().shutdown(sockets)
+        finally:
+            _cleanup(self.config.uds)
+
     async def _announce_ready(self) -> None:
         t0 = time.perf_counter()
         engine = self.config.app.state.daemon.engine  # type: ignore[union-attr]
@@ -72,6 +79,28 @@ class _Server(uvicorn.Server):
             log.error("engine %s: %s", health.state.value, health.detail)
 
 
+def _bind_tcp(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host.strip("[]"), port))
+    except OSError as err:
+        sock.close()
+        raise ConfigError(
+            f"the daemon could not listen on {host}:{port}: {err.strerror} "
+            "(is another daemon running? `ling-local doctor` shows it)"
+        ) from None
+    sock.set_inheritable(True)
+    return sock
+
+
+def _cleanup(uds: str | None) -> None:
+    discovery.remove_daemon_info()
+    if uds is not None and os.path.exists(uds):
+        os.unlink(uds)
+
+
 def run_daemon(
     profile: Profile,
     *,
@@ -83,8 +112,10 @@ def run_daemon(
     allowed_hosts: Sequence[str] = (),
     log_level: str = "info",
 ) -> None:
+    sockets = None
     if uds is None:
         check_bind(host, allow_remote)
+        sockets = [_bind_tcp(host, port)]  # fail now, before the model loads
     token = discovery.ensure_token()
     app = create_app(
         profile, token=token, allowed_origins=allowed_origins, allowed_hosts=allowed_hosts
@@ -105,10 +136,8 @@ def run_daemon(
     url = f"unix:{uds}" if uds else f"http://{host}:{port}"
     server = _Server(config, profile, url)
     try:
-        server.run()
+        server.run(sockets=sockets)
     finally:
-        discovery.remove_daemon_info()
-        if uds is not None and os.path.exists(uds):
-            os.unlink(uds)
+        _cleanup(uds)
     if not server.started:
-        raise ConfigError(f"the daemon could not listen on {url} (is the port in use?)")
+        raise ConfigError(f"the daemon could not listen on {url}")

@@ -1,0 +1,445 @@
+"""`ling-local bench engine`: batch-1 decode speed of the embedded engine against baselines,
+on the same random-weight model, in one run.
+
+- floor: the model's weight bytes over the measured device copy bandwidth (every decode
+  step reads every weight once);
+- baselines: transformers `generate` eager and with a static cache, and a gpt-fast-style
+  loop compiled with CUDA graphs (`gptfast.py`, written for this comparison);
+- ours: the engine's streaming API (what the daemon consumes), with CUDA graphs (eager and
+  compiled step), plus prompt-lookup speculation on a code-editing prompt;
+- every greedy output is compared token for token with transformers' eager reference.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["EngineBenchResult", "run_engine_bench"]
+
+LLAMA_1B = dict(
+    vocab_size=128256,
+    hidden_size=2048,
+    intermediate_size=8192,
+    num_layers=16,
+    num_heads=32,
+    num_kv_heads=8,
+    tie_word_embeddings=True,
+)
+
+
+@dataclass
+class Row:
+    name: str
+    tpot_ms: float | None
+    ttft_ms: float | None = None
+    same_tokens: str = ""
+    note: str = ""
+    runs_ms: list[float] = field(default_factory=list)
+
+
+@dataclass
+class EngineBenchResult:
+    device: str
+    model: str
+    params_m: float
+    weight_gb: float
+    copy_tb_s: float | None
+    floor_ms: float | None
+    prompt_tokens: int
+    new_tokens: int
+    rows: list[Row]
+    extra: dict = field(default_factory=dict)
+
+    def markdown(self) -> str:
+        floor = f"{self.floor_ms:.3f} ms" if self.floor_ms else "n/a"
+        lines = [
+            f"Engine benchmark on {self.device}: {self.model} ({self.params_m:.1f}M params, "
+            f"{self.weight_gb:.2f} GB), batch 1, greedy, {self.prompt_tokens}-token prompt, "
+            f"{self.new_tokens} new tokens; weight-read floor {floor}"
+            + (f" at {self.copy_tb_s:.2f} TB/s" if self.copy_tb_s else "")
+            + ".",
+            "",
+            "| engine | TPOT ms | × floor | TTFT ms | same tokens as HF eager | note |",
+            "|---|---|---|---|---|---|",
+        ]
+        for r in self.rows:
+            x = f"{r.tpot_ms / self.floor_ms:.2f}" if r.tpot_ms and self.floor_ms else ""
+            tpot = f"{r.tpot_ms:.3f}" if r.tpot_ms is not None else "failed"
+            ttft = f"{r.ttft_ms:.1f}" if r.ttft_ms is not None else ""
+            lines.append(f"| {r.name} | {tpot} | {x} | {ttft} | {r.same_tokens} | {r.note} |")
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------- helpers
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def copy_bandwidth(device: torch.device, gigabytes: float = 2.0) -> float:
+    """Device-to-device copy, bytes read + written per second."""
+    n = int(gigabytes * 2**30) // 2
+    a = torch.empty(n, dtype=torch.bfloat16, device=device).uniform_()
+    b = torch.empty_like(a)
+    for _ in range(3):
+        b.copy_(a)
+    _sync(device)
+    t0 = time.perf_counter()
+    reps = 10
+    for _ in range(reps):
+        b.copy_(a)
+    _sync(device)
+    seconds = (time.perf_counter() - t0) / reps
+    del a, b
+    return 2 * n * 2 / seconds
+
+
+def word_tokenizer(vocab: int):
+    """A word-level tokenizer covering every id (random models emit any id)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    words = {f"t{i}": i for i in range(vocab)}
+    tok = Tokenizer(models.WordLevel(words, unk_token="t0"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="t2", unk_token="t0", pad_token="t0", bos_token="t1"
+    )
+
+
+def build_bench_model(path: Path, device: torch.device, shape: dict) -> Path:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    if (path / "config.json").is_file():
+        return path
+    config = LlamaConfig(
+        vocab_size=shape["vocab_size"],
+        hidden_size=shape["hidden_size"],
+        intermediate_size=shape["intermediate_size"],
+        num_hidden_layers=shape["num_layers"],
+        num_attention_heads=shape["num_heads"],
+        num_key_value_heads=shape["num_kv_heads"],
+        max_position_embeddings=4096,
+        tie_word_embeddings=shape["tie_word_embeddings"],
+        rope_theta=500000.0,
+        bos_token_id=1,
+        eos_token_id=2,
+        pad_token_id=0,
+    )
+    torch.manual_seed(0)
+    with torch.device(device):
+        model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(path)
+    word_tokenizer(shape["vocab_size"]).save_pretrained(path)
+    del model
+    return path
+
+
+def _matching(reference: list[int] | None, tokens: list[int]) -> str:
+    if reference is None:
+        return ""
+    n = 0
+    while n < min(len(reference), len(tokens)) and reference[n] == tokens[n]:
+        n += 1
+    return f"{n}/{len(reference)}"
+
+
+# --------------------------------------------------------------------------- baselines
+class _Stamps:
+    """A transformers streamer that only records when each new token arrives."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+        self._prompt_seen = False
+
+    def put(self, value: torch.Tensor) -> None:
+        if not self._prompt_seen:  # generate() hands the prompt over first
+            self._prompt_seen = True
+            return
+        self.times.append(time.perf_counter())
+
+    def end(self) -> None:
+        pass
+
+
+def hf_generate(
+    model: Any, prompt: list[int], new_tokens: int, repeats: int, static: bool = False
+) -> tuple[Row, list[int]]:
+    """transformers' own generate loop; token times from a streamer (generate syncs every
+    step anyway to check its stopping criteria)."""
+    ids = torch.tensor([prompt], device=model.device)
+    kw: dict[str, Any] = dict(
+        do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=0
+    )
+    if static:
+        kw["cache_implementation"] = "static"
+
+    def run() -> tuple[float, float, torch.Tensor]:
+        stamps = _Stamps()
+        _sync(model.device)
+        t0 = time.perf_counter()
+        out = model.generate(ids, streamer=stamps, **kw)
+        times = stamps.times
+        return (times[0] - t0, (times[-1] - times[0]) / (len(times) - 1), out)
+
+    t_warm = time.perf_counter()
+    run()  # warm-up (compiles the static-cache path)
+    warm = time.perf_counter() - t_warm
+    runs = [run() for _ in range(repeats)]
+    tpots = [r[1] * 1e3 for r in runs]
+    name = "transformers generate, static cache" if static else "transformers generate, eager"
+    row = Row(
+        name,
+        statistics.median(tpots),
+        statistics.median(r[0] for r in runs) * 1e3,
+        note=f"warm-up {warm:.0f}s",
+        runs_ms=tpots,
+    )
+    return row, runs[-1][2][0, len(prompt) :].tolist()
+
+
+async def _engine_stream(
+    engine: Any, prompt: list[int], new_tokens: int
+) -> tuple[list[float], str, Any]:
+    from ling_local.engines.base import GenerationRequest, Priority, SamplingParams
+
+    request = GenerationRequest(
+        prompt="",
+        prompt_ids=list(prompt),
+        priority=Priority.COMPLETION,
+        sampling=SamplingParams(max_tokens=new_tokens, ignore_eos=True),
+    )
+    stamps, ids, last = [], [], None
+    t0 = time.perf_counter()
+    async for delta in engine.stream(request):
+        now = time.perf_counter() - t0
+        stamps.extend([now] * delta.n_tokens)
+        ids.extend(delta.token_ids)
+        last = delta
+    return stamps, ids, last.stats
+
+
+def ours(
+    model_dir: Path,
+    device: str,
+    prompt: list[int],
+    new_tokens: int,
+    repeats: int,
+    *,
+    compile_step: bool = False,
+    speculative: str = "none",
+    cuda_graphs: bool = True,
+    name: str = "ling-local engine",
+) -> tuple[Row, list[int], dict]:
+    from ling_local.config import profile_from_dict
+    from ling_local.engines.torch_engine import TorchEngine
+
+    profile = profile_from_dict(
+        {
+            "name": "bench",
+            "model": {
+                "path": str(model_dir),
+                "device": device,
+                "dtype": "bfloat16" if device != "cpu" else "float32",
+                "context_length": min(4096, len(prompt) + new_tokens + 64),
+            },
+            "engine": {
+                "cache_slots": 1,
+                "warmup": False,
+                "cuda_graphs": cuda_graphs,
+                "compile": compile_step,
+                "speculative": speculative,
+                "num_speculative_tokens": 8,
+            },
+        }
+    )
+
+    async def main() -> tuple[Row, list[int], dict]:
+        engine = TorchEngine(profile)
+        t0 = time.perf_counter()
+        await engine.start()
+        await _engine_stream(engine, prompt, min(new_tokens, 32))  # capture/compile
+        warm = time.perf_counter() - t0
+        tpots, ttfts, ids, stats = [], [], [], None
+        for _ in range(repeats):
+            engine.decoder.cache.clear()  # cold prompt each time, like the baselines
+            stamps, ids, stats = await _engine_stream(engine, prompt, new_tokens)
+            ttfts.append(stamps[0] * 1e3)
+            tpots.append((stamps[-1] - stamps[0]) / (len(stamps) - 1) * 1e3)
+        extra = {"accept_length": stats.accept_length, "verify_steps": stats.verify_steps}
+        await engine.stop()
+        note = f"start+warm-up {warm:.0f}s"
+        if stats.accept_length:
+            note += f", accept length {stats.accept_length:.2f}"
+        return (
+            Row(name, statistics.median(tpots), statistics.median(ttfts), note=note, runs_ms=tpots),
+            ids,
+            extra,
+        )
+
+    return asyncio.run(main())
+
+
+def reuse_latency(
+    model_dir: Path, device: str, prefix_tokens: int = 1500, new_tokens: int = 8, repeats: int = 5
+) -> dict:
+    """Time to `new_tokens` tokens when all but the last prompt token are cached."""
+    from ling_local.config import profile_from_dict
+    from ling_local.engines.torch_engine import TorchEngine
+
+    profile = profile_from_dict(
+        {
+            "name": "bench",
+            "model": {"path": str(model_dir), "device": device},
+            "engine": {"warmup": False},
+        }
+    )
+
+    async def main() -> dict:
+        engine = TorchEngine(profile)
+        await engine.start()
+        source = (Path(__file__).resolve().parents[1] / "scheduler.py").read_text() * 8
+        ids = engine.tokenize(source)[:prefix_tokens]
+        t0 = time.perf_counter()
+        await _engine_stream(engine, ids, new_tokens)
+        cold = time.perf_counter() - t0
+        warm = []
+        for i in range(repeats):
+            t0 = time.perf_counter()
+            _, _, stats = await _engine_stream(engine, [*ids, 100 + i], new_tokens)
+            warm.append(time.perf_counter() - t0)
+            assert stats.cached_tokens >= prefix_tokens
+        await engine.stop()
+        return {
+            "prefix_tokens": prefix_tokens,
+            "new_tokens": new_tokens,
+            "cold_ms": cold * 1e3,
+            "warm_ms_median": statistics.median(warm) * 1e3,
+            "warm_ms_runs": [w * 1e3 for w in warm],
+        }
+
+    return asyncio.run(main())
+
+
+# --------------------------------------------------------------------------- main
+def run_engine_bench(
+    *,
+    device: str = "cuda",
+    model: str | None = None,
+    out_dir: str | Path = ".",
+    prompt_tokens: int = 512,
+    new_tokens: int = 256,
+    repeats: int = 3,
+    baselines: tuple[str, ...] = ("hf-eager", "hf-static", "gptfast"),
+    variants: tuple[str, ...] = ("graphs", "compiled", "prompt-lookup"),
+) -> EngineBenchResult:
+    from rich.progress import Progress
+    from transformers import AutoModelForCausalLM
+
+    dev = torch.device(device)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    model_dir = (
+        Path(model)
+        if model
+        else build_bench_model(Path(tempfile.gettempdir()) / "ling-bench-llama-1b", dev, LLAMA_1B)
+    )
+    torch.manual_seed(1)
+    hf = (
+        AutoModelForCausalLM.from_pretrained(
+            model_dir, dtype=torch.bfloat16 if dev.type == "cuda" else torch.float32
+        )
+        .to(dev)
+        .eval()
+    )
+    vocab = hf.config.vocab_size
+    params = sum(p.numel() for p in hf.parameters())
+    weight_bytes = sum(p.numel() * p.element_size() for p in hf.parameters())
+    bandwidth = copy_bandwidth(dev) if dev.type == "cuda" else None
+    floor = weight_bytes / bandwidth * 1e3 if bandwidth else None
+    prompt = torch.randint(
+        3, min(vocab, 30000), (prompt_tokens,), generator=torch.Generator().manual_seed(0)
+    ).tolist()
+    rows: list[Row] = []
+    extra: dict = {}
+    steps = len(baselines) + len(variants) + 1
+    with Progress(transient=False) as progress:
+        task = progress.add_task("engine bench", total=steps)
+        reference = None
+        with torch.inference_mode():
+            row, reference = hf_generate(hf, prompt, new_tokens, repeats)
+        row.same_tokens = "reference"
+        rows.append(row)
+        progress.advance(task)
+        for name in baselines:
+            progress.update(task, description=name)
+            try:
+                if name == "hf-eager":
+                    pass
+                elif name == "hf-static":
+                    row, toks = hf_generate(hf, prompt, new_tokens, repeats, static=True)
+                    row.same_tokens = _matching(reference, toks)
+                    rows.append(row)
+                elif name == "gptfast" and dev.type == "cuda":
+                    from ling_local.bench.gptfast import gptfast_tpot
+
+                    row_dict, toks = gptfast_tpot(hf, prompt, new_tokens, repeats)
+                    rows.append(Row(**row_dict, same_tokens=_matching(reference, toks)))
+            except Exception as err:  # a baseline that breaks is reported, not fatal
+                rows.append(Row(name, None, note=f"failed: {type(err).__name__}: {err}"[:200]))
+            progress.advance(task)
+        del hf
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+        for variant in variants:
+            progress.update(task, description=variant)
+            kw: dict[str, Any] = {}
+            if variant == "eager":
+                kw = dict(cuda_graphs=False, name="ling-local engine, no graphs")
+            elif variant == "graphs":
+                kw = dict(
+                    name="ling-local engine" + (", CUDA graphs" if dev.type == "cuda" else "")
+                )
+            elif variant == "compiled":
+                kw = dict(compile_step=True, name="ling-local engine, compiled graph step")
+            elif variant == "prompt-lookup":
+                kw = dict(speculative="prompt_lookup", name="ling-local engine, prompt lookup")
+            try:
+                row, toks, info = ours(model_dir, device, prompt, new_tokens, repeats, **kw)
+                row.same_tokens = _matching(reference, toks)
+                rows.append(row)
+                extra[variant] = info
+            except Exception as err:
+                rows.append(
+                    Row(
+                        kw.get("name", variant),
+                        None,
+                        note=f"failed: {type(err).__name__}: {err}"[:200],
+                    )
+                )
+            progress.advance(task)
+    result = EngineBenchResult(
+        device=torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        model=str(model_dir),
+        params_m=params / 1e6,
+        weight_gb=weight_bytes / 1e9,
+        copy_tb_s=bandwidth / 1e12 if bandwidth else None,
+        floor_ms=floor,
+        prompt_tokens=prompt_tokens,
+        new_tokens=new_tokens,
+        rows=rows,
+        extra=extra,
+    )
+    (out / "engine_bench.json").write_text(json.dumps(asdict(result), indent=1))
+    (out / "engine_bench.md").write_text(result.markdown() + "\n")
+    return result

@@ -1,0 +1,121 @@
+"""CUDA-graph forward steps for the Llama fast path.
+
+A `GraphStep` replays a captured forward of T tokens (T = 1 for decode, k + 1 for a
+speculative verify) at a position held in a device tensor, so consecutive replays need no
+host input: the step writes its argmax where the next step reads its input, and bumps the
+position itself. Attention runs over the whole static cache with a mask, which keeps every
+shape fixed. One step function is (optionally) compiled per T and captured per KV slot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from ling_local.engines.llama_runner import (
+    KVSlot,
+    LlamaWeights,
+    attention_block,
+    mlp_block,
+    rms_norm,
+)
+
+__all__ = ["GraphStep", "step_function"]
+
+_compiled: dict[tuple[int, int], Any] = {}
+
+
+def _step(
+    w: LlamaWeights,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    tokens: torch.Tensor,
+    pos: torch.Tensor,
+    rows: torch.Tensor,
+    cols: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    positions = pos + rows  # [T]
+    x = F.embedding(tokens, w.embed)
+    cos = w.cos.index_select(0, positions)[:, None, :]
+    sin = w.sin.index_select(0, positions)[:, None, :]
+    mask = (cols[None, :] <= positions[:, None])[None, None]
+    for i, layer in enumerate(w.layers):
+        kc, vc = k_cache[i], v_cache[i]
+
+        def write(k: torch.Tensor, v: torch.Tensor, kc=kc, vc=vc) -> None:
+            kc.index_copy_(1, positions, k.transpose(0, 1))
+            vc.index_copy_(1, positions, v.transpose(0, 1))
+
+        def read(kc=kc, vc=vc):
+            return kc, vc, mask
+
+        x = x + attention_block(w, layer, x, cos, sin, write, read)
+        x = x + mlp_block(w, layer, x)
+    logits = F.linear(rms_norm(x, w.norm, w.eps), w.lm_head)
+    return logits, logits.argmax(dim=-1)
+
+
+def step_function(t: int, compile_step: bool) -> Any:
+    """The step for T tokens, compiled once per T and shared by every slot."""
+    if not compile_step:
+        return _step
+    key = (t, 1)
+    if key not in _compiled:
+        _compiled[key] = torch.compile(_step, fullgraph=True, dynamic=False)
+    return _compiled[key]
+
+
+class GraphStep:
+    def __init__(
+        self, weights: LlamaWeights, slot: KVSlot, t: int, max_len: int, compile_step: bool = False
+    ) -> None:
+        dev = weights.embed.device
+        self.t = t
+        self.weights = weights
+        self.slot = slot
+        self.tokens = torch.zeros(t, dtype=torch.long, device=dev)
+        # Warm-up and capture write at the cache's tail, which real positions reach last.
+        self.pos = torch.full((1,), max_len - t, dtype=torch.long, device=dev)
+        self.rows = torch.arange(t, device=dev)
+        self.cols = torch.arange(max_len, device=dev)
+        fn = step_function(t, compile_step)
+
+        def run() -> tuple[torch.Tensor, torch.Tensor]:
+            return fn(weights, slot.k, slot.v, self.tokens, self.pos, self.rows, self.cols)
+
+        self._run = run
+        self.graph = None
+        if not weights.embed.is_cuda:  # CPU: same step, run eagerly (tests the logic)
+            self.logits, self.argmax = run()
+            return
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream), torch.inference_mode():
+            for _ in range(3):
+                run()
+        torch.cuda.current_stream().wait_stream(stream)
+        self.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.graph), torch.inference_mode():
+            self.logits, self.argmax = run()
+
+    def load(self, tokens: list[int] | torch.Tensor, position: int) -> None:
+        """Set the step's input tokens and the position of the first one."""
+        if isinstance(tokens, torch.Tensor):
+            self.tokens.copy_(tokens, non_blocking=True)
+        else:
+            self.tokens.copy_(torch.tensor(tokens, dtype=torch.long), non_blocking=True)
+        self.pos.fill_(position)
+
+    def replay(self) -> None:
+        if self.graph is None:
+            self.logits, self.argmax = self._run()
+        else:
+            self.graph.replay()
+
+    def advance(self, next_input: torch.Tensor) -> None:
+        """Chain the next decode step on the device: its input is `next_input` (this step's
+        argmax, or a token sampled from its logits), one position further."""
+        self.tokens.copy_(next_input)
+        self.pos.add_(self.t)

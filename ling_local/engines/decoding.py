@@ -1,0 +1,216 @@
+"""How the embedded engine advances one generation by one step: chunked prefill with prefix
+reuse, then decode — plain, a CUDA-graph burst that reads tokens a step late, or a
+speculative verify of tokens proposed by prompt lookup or a draft model."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ling_local.engines.base import FinishReason
+from ling_local.engines.generation import Generation
+from ling_local.engines.llama_runner import LlamaRunner
+from ling_local.engines.prefix_cache import PrefixCache
+from ling_local.engines.sampling import sample
+from ling_local.engines.speculative import accept_prefix
+
+__all__ = ["PREFILL_CHUNK", "Decoder"]
+
+#: Prompt tokens fed per forward pass; bounds how long a higher-priority request waits.
+PREFILL_CHUNK = 512
+#: Steps the host queues ahead of the token it reads back (GPU graph decode).
+LAG = 2
+
+
+class _NoEvent:
+    """Stands in for a CUDA event when the graph path is exercised on the CPU (tests)."""
+
+    def record(self) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+
+class Decoder:
+    def __init__(
+        self,
+        runner: Any,
+        cache: PrefixCache,
+        *,
+        draft: LlamaRunner | None = None,
+        draft_cache: PrefixCache | None = None,
+        num_speculative: int = 4,
+        compile_graphs: bool = False,
+    ) -> None:
+        self.runner = runner
+        self.cache = cache
+        self.draft = draft
+        self.draft_cache = draft_cache
+        self.k = num_speculative
+        self.compile_graphs = compile_graphs
+        self.graphs = isinstance(runner, LlamaRunner) and runner.use_graphs
+        self.can_verify = isinstance(runner, LlamaRunner)
+        if self.graphs:
+            on_gpu = runner.device.type == "cuda"
+            self._host = [torch.empty(1, dtype=torch.long, pin_memory=on_gpu) for _ in range(8)]
+            self._events = [torch.cuda.Event() if on_gpu else _NoEvent() for _ in range(8)]
+
+    # ------------------------------------------------------------------ slots
+    def begin(self, gen: Generation) -> None:
+        gen.slot, gen.fed = self.cache.acquire(gen.prompt_ids)
+        gen.stats.prompt_tokens = len(gen.prompt_ids)
+        gen.stats.cached_tokens = gen.fed
+        if self.draft_cache is not None and gen.speculate:
+            gen.draft_slot, _ = self.draft_cache.acquire(gen.prompt_ids)
+
+    def release(self, gen: Generation) -> None:
+        """Make each cache hold exactly the tokens its slot lists, and free the slots."""
+        for slot, cache, runner in (
+            (gen.slot, self.cache, self.runner),
+            (gen.draft_slot, self.draft_cache, self.draft),
+        ):
+            if slot is not None and cache is not None:
+                runner.crop(slot.cache, len(slot.ids))
+                cache.release(slot)
+        gen.slot = gen.draft_slot = None
+
+    # ------------------------------------------------------------------ steps
+    def step(self, gen: Generation, should_yield: Callable[[], bool]) -> FinishReason | None:
+        if gen.slot is None:
+            self.begin(gen)
+        if gen.next_token is None:
+            return self._prefill(gen)
+        if gen.speculate and gen.greedy and self.can_verify:
+            proposals = self._propose(gen)
+            if proposals:
+                return self._verify(gen, proposals)
+        if self.graphs:
+            return self._burst(gen, should_yield)
+        return self._decode_one(gen)
+
+    def _prefill(self, gen: Generation) -> FinishReason | None:
+        slot = gen.slot
+        chunk = gen.prompt_ids[gen.fed : gen.fed + PREFILL_CHUNK]
+        logits = self.runner.forward(slot.cache, chunk)
+        slot.ids.extend(chunk)
+        gen.fed += len(chunk)
+        if gen.fed < len(gen.prompt_ids):
+            return None
+        return gen.on_token(int(sample(logits, *gen.sample_args())))
+
+    def _decode_one(self, gen: Generation) -> FinishReason | None:
+        token = gen.next_token
+        logits = self.runner.forward(gen.slot.cache, [token])
+        gen.slot.ids.append(token)
+        gen.decode_steps += 1
+        return gen.on_token(int(sample(logits, *gen.sample_args())))
+
+    # ------------------------------------------------------------------ GPU burst
+    def _graph(self, slot: Any, t: int) -> Any:
+        from ling_local.engines.cuda_graphs import GraphStep
+
+        graphs = slot.cache.graphs
+        if t not in graphs:
+            graphs[t] = GraphStep(
+                self.runner.weights, slot.cache, t, self.runner.max_len, self.compile_graphs
+            )
+        return graphs[t]
+
+    def _burst(self, gen: Generation, should_yield: Callable[[], bool]) -> FinishReason | None:
+        """Replay the decode graph back to back; read each token LAG steps later, so the GPU
+        never waits for the host. Stops at a finish, a cancel, or a higher-priority arrival."""
+        slot, runner = gen.slot, self.runner
+        start = slot.cache.length
+        budget = min(gen.remaining, runner.max_len - start - 1)
+        if budget <= 0:
+            return self._decode_one(gen)
+        step = self._graph(slot, 1)
+        step.load([gen.next_token], start)
+        fed = gen.next_token
+        pending: deque[int] = deque()
+        greedy = gen.greedy
+        launched = 0
+        reason: FinishReason | None = None
+        while launched < budget and reason is None:
+            if launched and should_yield():
+                break
+            step.replay()
+            out = step.argmax if greedy else sample(step.logits[0], *gen.sample_args()).reshape(1)
+            ring = launched % len(self._host)
+            self._host[ring].copy_(out, non_blocking=True)
+            self._events[ring].record()
+            step.advance(out)
+            pending.append(ring)
+            launched += 1
+            if len(pending) > LAG:
+                reason, fed = self._consume(gen, pending.popleft(), fed)
+        while pending and reason is None:
+            reason, fed = self._consume(gen, pending.popleft(), fed)
+        slot.cache.length = len(slot.ids)  # steps launched past a finish are dropped
+        return reason
+
+    def _consume(self, gen: Generation, ring: int, fed: int) -> tuple[FinishReason | None, int]:
+        self._events[ring].synchronize()
+        token = int(self._host[ring][0])
+        gen.slot.ids.append(fed)
+        gen.decode_steps += 1
+        return gen.on_token(token), token
+
+    # ------------------------------------------------------------------ speculation
+    def _propose(self, gen: Generation) -> list[int]:
+        k = min(self.k, gen.remaining - 1, self.runner.max_len - gen.slot.cache.length - self.k - 2)
+        if k <= 0:
+            return []
+        if gen.history is not None:
+            found = gen.history.propose(k)
+            if found:
+                return found
+        if self.draft is not None and gen.draft_slot is not None:
+            return self._draft_propose(gen, k)
+        return []
+
+    def _draft_propose(self, gen: Generation, k: int) -> list[int]:
+        draft, slot = self.draft, gen.draft_slot
+        target_ids = gen.slot.ids
+        # Bring the draft's KV up to the target's accepted tokens.
+        keep = 0
+        limit = min(len(slot.ids), len(target_ids))
+        while keep < limit and slot.ids[keep] == target_ids[keep]:
+            keep += 1
+        draft.crop(slot.cache, keep)
+        del slot.ids[keep:]
+        missing = target_ids[keep:]
+        for i in range(0, len(missing), PREFILL_CHUNK):
+            draft.forward(slot.cache, missing[i : i + PREFILL_CHUNK])
+        slot.ids.extend(missing)
+        token, out = gen.next_token, []
+        for _ in range(k):
+            logits = draft.forward(slot.cache, [token])
+            slot.ids.append(token)
+            token = int(logits.argmax())
+            out.append(token)
+        return out
+
+    def _verify(self, gen: Generation, proposals: list[int]) -> FinishReason | None:
+        slot = gen.slot
+        feed = [gen.next_token, *proposals]
+        if self.graphs:  # one fixed-shape graph per slot: pad short proposals
+            step = self._graph(slot, self.k + 1)
+            step.load(feed + [feed[-1]] * (self.k + 1 - len(feed)), slot.cache.length)
+            step.replay()
+            targets = step.argmax.tolist()
+        else:
+            targets = self.runner.forward_all(slot.cache, feed).argmax(dim=-1).tolist()
+        accepted = accept_prefix(proposals, targets)
+        slot.ids.extend(feed[: accepted + 1])
+        slot.cache.length = len(slot.ids)
+        gen.decode_steps += 1
+        for token in targets[: accepted + 1]:
+            reason = gen.on_token(token)
+            if reason is not None:
+                return reason
+        return None

@@ -1,0 +1,132 @@
+"""The state of one generation in the embedded engine, and what happens per new token:
+timing, stop tokens, detokenization, stop strings, max_tokens, and handing text to the
+asyncio side. Runs on the engine's worker thread."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from ling_local.engines.base import Delta, FinishReason, GenerationRequest, GenerationStats
+from ling_local.engines.detok import IncrementalDetokenizer, StopMatcher
+from ling_local.engines.prefix_cache import Slot
+from ling_local.engines.speculative import NgramIndex
+
+__all__ = ["Generation"]
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(eq=False, slots=True)
+class Generation:
+    request: GenerationRequest
+    prompt_ids: list[int]
+    max_tokens: int
+    loop: asyncio.AbstractEventLoop
+    queue: asyncio.Queue
+    seq: int
+    detok: IncrementalDetokenizer
+    stopper: StopMatcher
+    stop_ids: frozenset[int]
+    generator: torch.Generator | None = None
+    history: NgramIndex | None = None
+    """Prompt + output so far, indexed for prompt-lookup proposals (greedy only)."""
+    speculate: bool = False
+    slot: Slot | None = None
+    draft_slot: Slot | None = None
+    next_token: int | None = None
+    """The newest output token: sampled, not yet fed to the model."""
+    fed: int = 0
+    """Prompt tokens already in the slot's KV."""
+    n_generated: int = 0
+    decode_steps: int = 0
+    """Target forward passes after the prefill (a verify step counts once)."""
+    unsent_ids: list[int] = field(default_factory=list)
+    pending_text: str = ""
+    at_stop_string: bool = False
+    done: bool = False
+    t_start: float = 0.0
+    t_first: float | None = None
+    t_last: float = 0.0
+    stats: GenerationStats = field(default_factory=GenerationStats)
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (int(self.request.priority), self.seq)
+
+    @property
+    def greedy(self) -> bool:
+        return self.request.sampling.greedy
+
+    @property
+    def remaining(self) -> int:
+        return self.max_tokens - self.n_generated
+
+    def sample_args(self) -> tuple[float, float, Any]:
+        p = self.request.sampling
+        return p.temperature, p.top_p, self.generator
+
+    # ------------------------------------------------------------------ per token
+    def on_token(self, token: int) -> FinishReason | None:
+        """Account one output token; return why the generation ends, if it does."""
+        now = time.perf_counter()
+        if self.t_first is None:
+            self.t_first = now
+        self.t_last = now
+        if token in self.stop_ids:
+            return "stop"
+        self.n_generated += 1
+        self.unsent_ids.append(token)
+        self.next_token = token
+        if self.history is not None:
+            self.history.append(token)
+        text, hit = self.stopper.feed(self.detok.push((token,)))
+        if hit:
+            self.pending_text, self.at_stop_string = text, True
+            return "stop"
+        if self.n_generated >= self.max_tokens:
+            self.pending_text = text
+            return "length"
+        if text:
+            self._emit(Delta(text, len(self.unsent_ids), token_ids=self.unsent_ids))
+            self.unsent_ids = []
+        return None
+
+    def finish(self, reason: FinishReason, error: str = "") -> None:
+        """Send the last delta with the stats and run the request's on_finish hook."""
+        self.done = True
+        text = self.pending_text
+        if not self.at_stop_string:
+            # Release text held back for a possible stop string or a split character.
+            tail, hit = self.stopper.feed(self.detok.flush())
+            text += tail
+            if not hit:
+                text += self.stopper.finish()
+        stats = self.stats
+        stats.completion_tokens = self.n_generated
+        stats.finish_reason = reason
+        stats.queue_s = self.request.queue_s
+        if self.t_first is not None:
+            stats.ttft_s = self.t_first - self.t_start
+            if self.n_generated > 1:
+                stats.tpot_s = (self.t_last - self.t_first) / (self.n_generated - 1)
+        if self.speculate and self.decode_steps:
+            stats.verify_steps = self.decode_steps
+            stats.accept_length = round((self.n_generated - 1) / self.decode_steps, 3)
+        if error:
+            log.warning("%s: %s", self.request.request_id, error)
+        self._emit(Delta(text, len(self.unsent_ids), reason, stats, error, self.unsent_ids))
+        self.unsent_ids = []
+        if self.request.on_finish is not None:
+            try:
+                self.request.on_finish(stats)
+            except Exception:
+                log.exception("on_finish callback failed")
+
+    def _emit(self, delta: Delta) -> None:
+        self.loop.call_soon_threadsafe(self.queue.put_nowait, delta)

@@ -1,0 +1,258 @@
+"""The embedded engine's fast path for Llama-family checkpoints (Llama, Mistral, Qwen2,
+Qwen3): the weights of the transformers model, run by plain functions over a preallocated
+KV cache (gpt-fast style). Loading still goes through transformers, so any checkpoint it
+reads works; what differs is the per-token host work: a handful of tensor ops per layer,
+no per-step Python objects, and cropping a cache is setting an integer.
+
+On a GPU the single-token decode step is captured in a CUDA graph per KV slot
+(`ling_local.engines.cuda_graphs`); on the CPU it runs eagerly."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+__all__ = ["KVSlot", "LlamaRunner", "LlamaWeights", "supports"]
+
+_SUPPORTED = {"llama", "mistral", "qwen2", "qwen3"}
+
+
+def supports(config: Any) -> bool:
+    """Whether the fast path can run this architecture exactly like transformers does."""
+    rope = getattr(config, "rope_parameters", None) or getattr(config, "rope_scaling", None) or {}
+    rope_type = (
+        rope.get("rope_type", rope.get("type", "default")) if isinstance(rope, dict) else "default"
+    )
+    return (
+        getattr(config, "model_type", None) in _SUPPORTED
+        and getattr(config, "hidden_act", "silu") == "silu"
+        and rope_type in ("default", "llama3", "linear", "yarn")
+        and not getattr(config, "mlp_bias", False)
+    )
+
+
+@dataclass(slots=True)
+class _Layer:
+    ln_in: torch.Tensor
+    wqkv: torch.Tensor
+    bqkv: torch.Tensor | None
+    wo: torch.Tensor
+    ln_post: torch.Tensor
+    w13: torch.Tensor
+    w2: torch.Tensor
+    q_norm: torch.Tensor | None
+    k_norm: torch.Tensor | None
+
+
+@dataclass(slots=True)
+class LlamaWeights:
+    embed: torch.Tensor
+    layers: list[_Layer]
+    norm: torch.Tensor
+    lm_head: torch.Tensor
+    cos: torch.Tensor
+    """RoPE tables [max_positions, head_dim], in the model dtype (as transformers casts)."""
+    sin: torch.Tensor
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    eps: float
+
+    @classmethod
+    def from_hf(cls, model: Any, max_positions: int) -> LlamaWeights:
+        cfg = model.config
+        inner = model.model
+        n_heads = cfg.num_attention_heads
+        n_kv = getattr(cfg, "num_key_value_heads", None) or n_heads
+        head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // n_heads
+        layers = []
+        for layer in inner.layers:
+            att, mlp = layer.self_attn, layer.mlp
+            bias = None
+            if att.q_proj.bias is not None:
+                bias = torch.cat([att.q_proj.bias, att.k_proj.bias, att.v_proj.bias]).detach()
+            layers.append(
+                _Layer(
+                    ln_in=layer.input_layernorm.weight.detach(),
+                    wqkv=torch.cat(
+                        [att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]
+                    ).detach(),
+                    bqkv=bias,
+                    wo=att.o_proj.weight.detach(),
+                    ln_post=layer.post_attention_layernorm.weight.detach(),
+                    w13=torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]).detach(),
+                    w2=mlp.down_proj.weight.detach(),
+                    q_norm=att.q_norm.weight.detach() if hasattr(att, "q_norm") else None,
+                    k_norm=att.k_norm.weight.detach() if hasattr(att, "k_norm") else None,
+                )
+            )
+        embed = inner.embed_tokens.weight.detach()
+        positions = torch.arange(max_positions, device=embed.device)[None]
+        probe = torch.zeros(1, device=embed.device, dtype=embed.dtype)
+        cos, sin = inner.rotary_emb(probe, positions)
+        return cls(
+            embed=embed,
+            layers=layers,
+            norm=inner.norm.weight.detach(),
+            lm_head=model.lm_head.weight.detach(),
+            cos=cos[0].contiguous(),
+            sin=sin[0].contiguous(),
+            n_heads=n_heads,
+            n_kv_heads=n_kv,
+            head_dim=head_dim,
+            eps=cfg.rms_norm_eps,
+        )
+
+
+@dataclass(eq=False, slots=True)
+class KVSlot:
+    """Keys and values of one sequence: [layers, kv_heads, max_len, head_dim] each."""
+
+    k: torch.Tensor
+    v: torch.Tensor
+    length: int = 0
+    graphs: dict[int, Any] = field(default_factory=dict)
+    """CUDA-graph steps captured for this slot, by tokens per step (GPU only)."""
+
+
+# --------------------------------------------------------------------------- the math
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    # transformers' LlamaRMSNorm: normalise in float32, cast back, then scale.
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
+
+
+def rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """RoPE as transformers applies it (rotate_half convention). x: [T, heads, head_dim]."""
+    half = x.shape[-1] // 2
+    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+    return x * cos + rotated * sin
+
+
+def attention_block(
+    w: LlamaWeights,
+    layer: _Layer,
+    x: torch.Tensor,
+    cos: torch.Tensor,
+    sin: torch.Tensor,
+    write_kv,
+    keys_values,
+) -> torch.Tensor:
+    """One layer's attention. `write_kv(k, v)` stores [T, kv, hd] keys/values;
+    `keys_values()` returns (keys, values, mask) to attend over."""
+    t = x.shape[0]
+    h = rms_norm(x, layer.ln_in, w.eps)
+    qkv = F.linear(h, layer.wqkv, layer.bqkv)
+    nq, nk = w.n_heads * w.head_dim, w.n_kv_heads * w.head_dim
+    q = qkv[:, :nq].view(t, w.n_heads, w.head_dim)
+    k = qkv[:, nq : nq + nk].view(t, w.n_kv_heads, w.head_dim)
+    v = qkv[:, nq + nk :].view(t, w.n_kv_heads, w.head_dim)
+    if layer.q_norm is not None:
+        q = rms_norm(q, layer.q_norm, w.eps)
+        k = rms_norm(k, layer.k_norm, w.eps)
+    q = rotate(q, cos, sin)
+    k = rotate(k, cos, sin)
+    write_kv(k, v)
+    keys, values, mask = keys_values()
+    out = F.scaled_dot_product_attention(
+        q.transpose(0, 1)[None],
+        keys[None],
+        values[None],
+        attn_mask=mask,
+        enable_gqa=w.n_kv_heads != w.n_heads,
+    )
+    return F.linear(out[0].transpose(0, 1).reshape(t, nq), layer.wo)
+
+
+def mlp_block(w: LlamaWeights, layer: _Layer, x: torch.Tensor) -> torch.Tensor:
+    h = rms_norm(x, layer.ln_post, w.eps)
+    gate, up = F.linear(h, layer.w13).chunk(2, dim=-1)
+    return F.linear(F.silu(gate) * up, layer.w2)
+
+
+def forward_tokens(
+    w: LlamaWeights, slot: KVSlot, ids: torch.Tensor, start: int, all_logits: bool
+) -> torch.Tensor:
+    """Feed ids at positions start.. into the slot. Returns logits [T or 1, vocab]."""
+    t = ids.shape[0]
+    end = start + t
+    x = F.embedding(ids, w.embed)
+    cos = w.cos[start:end, None, :]
+    sin = w.sin[start:end, None, :]
+    mask = None
+    if t > 1:  # causal within the chunk, everything before it visible
+        rows = torch.arange(start, end, device=ids.device)[:, None]
+        cols = torch.arange(end, device=ids.device)[None, :]
+        mask = (cols <= rows)[None, None]
+    for i, layer in enumerate(w.layers):
+        k_cache, v_cache = slot.k[i], slot.v[i]
+
+        def write(k: torch.Tensor, v: torch.Tensor, k_cache=k_cache, v_cache=v_cache) -> None:
+            k_cache[:, start:end] = k.transpose(0, 1)
+            v_cache[:, start:end] = v.transpose(0, 1)
+
+        def read(k_cache=k_cache, v_cache=v_cache):
+            return k_cache[:, :end], v_cache[:, :end], mask
+
+        x = x + attention_block(w, layer, x, cos, sin, write, read)
+        x = x + mlp_block(w, layer, x)
+    if not all_logits:
+        x = x[-1:]
+    return F.linear(rms_norm(x, w.norm, w.eps), w.lm_head)
+
+
+# --------------------------------------------------------------------------- the runner
+class LlamaRunner:
+    """Same interface as HFRunner (new_cache / crop / forward), plus `forward_all` for
+    speculative verification and `decode_graph` on CUDA."""
+
+    def __init__(
+        self, model: Any, device: torch.device, max_len: int, cuda_graphs: bool = True
+    ) -> None:
+        self.device = device
+        self.max_len = max_len
+        self.weights = LlamaWeights.from_hf(model, max_len)
+        self.dtype = self.weights.embed.dtype
+        self.vocab_size = self.weights.embed.shape[0]
+        self.use_graphs = cuda_graphs and device.type == "cuda"
+        """Decode with graph steps (tests may set it on the CPU to run the same logic)."""
+
+    def new_cache(self) -> KVSlot:
+        w = self.weights
+        shape = (len(w.layers), w.n_kv_heads, self.max_len, w.head_dim)
+        return KVSlot(
+            torch.zeros(shape, dtype=self.dtype, device=self.device),
+            torch.zeros(shape, dtype=self.dtype, device=self.device),
+        )
+
+    @staticmethod
+    def crop(cache: KVSlot, length: int) -> None:
+        cache.length = min(cache.length, length)
+
+    def _ids(self, ids: list[int]) -> torch.Tensor:
+        t = torch.tensor(ids, dtype=torch.long)
+        return t.to(self.device, non_blocking=True) if self.device.type != "cpu" else t
+
+    @torch.inference_mode()
+    def forward(self, cache: KVSlot, ids: list[int]) -> torch.Tensor:
+        """Feed ids after what the cache holds; return the last position's logits [vocab]."""
+        start = cache.length
+        if start + len(ids) > self.max_len:
+            raise ValueError(f"sequence of {start + len(ids)} exceeds the cache ({self.max_len})")
+        logits = forward_tokens(self.weights, cache, self._ids(ids), start, all_logits=False)
+        cache.length = start + len(ids)
+        return logits[0].float()
+
+    @torch.inference_mode()
+    def forward_all(self, cache: KVSlot, ids: list[int]) -> torch.Tensor:
+        """Like forward, but logits for every fed position [T, vocab] (speculative verify)."""
+        start = cache.length
+        if start + len(ids) > self.max_len:
+            raise ValueError(f"sequence of {start + len(ids)} exceeds the cache ({self.max_len})")
+        logits = forward_tokens(self.weights, cache, self._ids(ids), start, all_logits=True)
+        cache.length = start + len(ids)
+        return logits.float()
