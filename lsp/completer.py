@@ -121,15 +121,21 @@ class Completer:
             if self._seq.get(snap.uri) != seq or self.documents.version(snap.uri) != snap.version:
                 st.superseded += 1
                 return None
+        t_debounced = time.perf_counter()
         snippets = await self._gather(snap, t0, s)
         gen = self._start(snap, snippets, s)
+        timing = {
+            "debounce_ms": round((t_debounced - t0) * 1000, 1),
+            "context_ms": round((gen.started - t_debounced) * 1000, 2),
+        }
         text = await gen.wait()
         if self._seq.get(snap.uri) != seq or self.documents.version(snap.uri) != snap.version:
             st.stale += 1
             return None
         if not text:
             return None
-        return self._shown(snap, text, "model", t0, gen)
+        timing["ttft_ms"] = round((gen.ttft_s or 0.0) * 1000, 1)
+        return self._shown(snap, text, "model", t0, gen, timing)
 
     def _joinable(self, gen: Generation, snap: Snapshot) -> bool:
         if gen.after != snap.after or not snap.before.startswith(gen.before):
@@ -185,7 +191,13 @@ class Completer:
         self.cache.put(uri, gen.before, gen.after, gen.text, gen)
 
     def _shown(
-        self, snap: Snapshot, text: str, source: str, t0: float, owner: object | None
+        self,
+        snap: Snapshot,
+        text: str,
+        source: str,
+        t0: float,
+        owner: object | None,
+        timing: dict[str, float] | None = None,
     ) -> Suggestion:
         st = self.stats
         st.shown += 1
@@ -196,7 +208,7 @@ class Completer:
         latency_ms = (time.perf_counter() - t0) * 1000
         self.telemetry.record(
             "shown", lang=snap.language_id, chars=len(text), lines=text.count("\n") + 1,
-            source=source, latency_ms=round(latency_ms, 1),
+            source=source, latency_ms=round(latency_ms, 1), **(timing or {}),
         )  # fmt: skip
         return Suggestion(text, source, latency_ms)
 
