@@ -17,11 +17,12 @@ from typing import Protocol
 
 from ling_local.errors import ContextLengthExceeded, LingLocalError
 from lsp.bridge import DaemonBridge
-from lsp.context import OpenDocuments, PromptBuilder, Snapshot, Snippet
+from lsp.context import PromptBuilder, Snapshot, Snippet
 from lsp.generation import Generation, GenerationOptions
 from lsp.postprocess import plan, refit
 from lsp.retrieval import WorkspaceIndex
 from lsp.settings import LspSettings
+from lsp.similar import OpenDocuments
 from lsp.telemetry import Stats, Telemetry
 from lsp.tokens import TokenCounter
 from lsp.trigger import SuggestionCache, TypingTracker, should_request

@@ -10,76 +10,19 @@ cache serves them.
 
 from __future__ import annotations
 
-import re
-import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from lsp.postprocess import Site
 from lsp.tokens import TokenCounter
 
-__all__ = ["OpenDocuments", "Prompt", "PromptBuilder", "Snapshot", "Snippet", "words"]
+__all__ = ["Prompt", "PromptBuilder", "Snapshot", "Snippet"]
 
-_WORD = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-_COMMON = frozenset(
-    [
-        "self",
-        "def",
-        "return",
-        "if",
-        "else",
-        "elif",
-        "for",
-        "in",
-        "while",
-        "and",
-        "or",
-        "not",
-        "is",
-        "None",
-        "True",
-        "False",
-        "import",
-        "from",
-        "class",
-        "pass",
-        "the",
-        "a",
-        "to",
-        "of",
-        "const",
-        "let",
-        "var",
-        "function",
-        "this",
-        "new",
-        "null",
-        "true",
-        "false",
-        "int",
-        "str",
-    ]
-)
-_HASH_COMMENT = frozenset(
-    [
-        "python",
-        "ruby",
-        "perl",
-        "r",
-        "shellscript",
-        "sh",
-        "bash",
-        "zsh",
-        "yaml",
-        "toml",
-        "makefile",
-        "dockerfile",
-        "elixir",
-        "julia",
-        "nim",
-        "coffeescript",
-        "cmake",
-    ]
-)
+# fmt: off
+_HASH_COMMENT = frozenset({
+    "python", "ruby", "perl", "r", "shellscript", "sh", "bash", "zsh", "yaml", "toml",
+    "makefile", "dockerfile", "elixir", "julia", "nim", "coffeescript", "cmake",
+})
+# fmt: on
 _DASH_COMMENT = frozenset(["lua", "sql", "haskell", "elm", "ada", "vhdl"])
 
 SNIPPET_SHARE = 0.4
@@ -110,17 +53,40 @@ class Snapshot:
         return self.text.count("\n", 0, self.offset)
 
     def site(self) -> Site:
-        start = self.text.rfind("\n", 0, self.offset) + 1
-        end = self.text.find("\n", self.offset)
-        end = len(self.text) if end < 0 else end
-        prev_line = next(
-            (x for x in reversed(self.text[: max(start - 1, 0)].split("\n")[-50:]) if x.strip()),
-            "",
-        )
-        next_line = next((x for x in self.text[end + 1 :].split("\n", 50)[:50] if x.strip()), "")
-        return Site(
-            self.text[start : self.offset], self.text[self.offset : end], prev_line, next_line
-        )
+        text, offset = self.text, self.offset
+        start = text.rfind("\n", 0, offset) + 1
+        end = text.find("\n", offset)
+        end = len(text) if end < 0 else end
+        return Site(text[start:offset], text[offset:end], _nonblank_before(text, start),
+                    _nonblank_after(text, end))  # fmt: skip
+
+
+def _nonblank_before(text: str, line_start: int, limit: int = 50) -> str:
+    """The nearest non-blank line above the line starting at `line_start` (no copies of
+    the whole document: this runs on every keystroke)."""
+    end = line_start - 1
+    for _ in range(limit):
+        if end < 0:
+            return ""
+        start = text.rfind("\n", 0, end) + 1
+        if text[start:end].strip():
+            return text[start:end]
+        end = start - 1
+    return ""
+
+
+def _nonblank_after(text: str, line_end: int, limit: int = 50) -> str:
+    """The nearest non-blank line below the line ending at `line_end`."""
+    start = line_end + 1
+    for _ in range(limit):
+        if start > len(text):
+            return ""
+        end = text.find("\n", start)
+        end = len(text) if end < 0 else end
+        if text[start:end].strip():
+            return text[start:end]
+        start = end + 1
+    return ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,10 +103,6 @@ class Prompt:
     suffix: str
     snippets: tuple[Snippet, ...] = ()
     window_start: int = 0
-
-
-def words(text: str) -> frozenset[str]:
-    return frozenset(w for w in _WORD.findall(text) if w not in _COMMON)
 
 
 def comment_prefix(language_id: str) -> str:
@@ -211,67 +173,3 @@ class PromptBuilder:
         if len(after) > suffix_cap and "\n" in suffix:
             suffix = suffix[: suffix.rfind("\n") + 1]
         return Prompt(prefix, suffix, tuple(chosen), start)
-
-
-@dataclass(slots=True)
-class _Windows:
-    version: int | None
-    path: str
-    items: list[tuple[str, frozenset[str]]] = field(default_factory=list)
-
-
-class OpenDocuments:
-    """Snippets from the other open documents most like the code around the cursor
-    (Jaccard similarity of identifier sets over sliding windows of lines)."""
-
-    def __init__(self, window_lines: int = 20, step: int = 10) -> None:
-        self.window_lines = window_lines
-        self.step = step
-        self._docs: dict[str, _Windows] = {}
-
-    def forget(self, uri: str) -> None:
-        self._docs.pop(uri, None)
-
-    def _windows(self, uri: str, path: str, version: int | None, text: str) -> _Windows:
-        cached = self._docs.get(uri)
-        if cached is not None and cached.version == version and version is not None:
-            return cached
-        lines = text.split("\n")
-        items = []
-        for i in range(0, max(len(lines) - self.step, 1), self.step):
-            chunk = "\n".join(lines[i : i + self.window_lines])
-            if chunk.strip():
-                items.append((chunk, words(chunk)))
-        entry = _Windows(version, path, items)
-        self._docs[uri] = entry
-        return entry
-
-    def similar(
-        self,
-        snap: Snapshot,
-        documents: list[tuple[str, str, int | None, str]],
-        *,
-        limit: int = 3,
-        min_score: float = 0.1,
-        deadline: float | None = None,
-    ) -> list[Snippet]:
-        """Best windows of `documents` ((uri, path, version, text), the cursor's excluded)."""
-        query = words("\n".join(snap.before.split("\n")[-self.window_lines :]))
-        if not query:
-            return []
-        scored: list[Snippet] = []
-        for uri, path, version, text in documents:
-            if uri == snap.uri:
-                continue
-            if deadline is not None and time.perf_counter() > deadline:
-                break
-            best: tuple[float, str] | None = None
-            for chunk, ws in self._windows(uri, path, version, text).items:
-                union = len(query | ws)
-                score = len(query & ws) / union if union else 0.0
-                if best is None or score > best[0]:
-                    best = (score, chunk)
-            if best is not None and best[0] >= min_score:
-                scored.append(Snippet(path, best[1], best[0], "open"))
-        scored.sort(key=lambda s: -s.score)
-        return scored[:limit]

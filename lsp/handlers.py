@@ -176,6 +176,7 @@ def _after_accept(ls: LingLanguageServer, uri: str, arg: dict, text: str) -> Sna
 async def _connect(ls: LingLanguageServer) -> None:
     ls.bridge.on_starting = lambda starting: _daemon_progress(ls, starting)
     if await ls.bridge.ensure():
+        ls.follow_daemon_profile()
         ls.fit_budgets()
 
 

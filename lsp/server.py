@@ -155,6 +155,21 @@ class LingLanguageServer(LanguageServer):
             self._calibrated.add(uri)
             self.spawn(asyncio.to_thread(self.counter.calibrate, text))
 
+    def follow_daemon_profile(self) -> None:
+        """The running daemon may serve another profile than ours (started by hand): its
+        budgets and tokenizer are the ones that count."""
+        served = self.bridge.daemon_profile
+        if not served or (self.profile is not None and served == self.profile.name):
+            return
+        try:
+            profile = load_profile(served)
+        except ConfigError:
+            log.info("daemon profile %r is not known here; keeping %s", served, self.profile_ref)
+            return
+        self.profile = profile
+        self.counter.tokenizer = TokenCounter.for_profile(profile).tokenizer
+        self.notify("log", f"ling-local: the daemon serves profile {served}; using its budgets")
+
     def fit_budgets(self) -> None:
         """Keep prefix + suffix + generation within the served model's context."""
         ctx = self.bridge.context_length

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lsp.context import OpenDocuments, PromptBuilder, Snapshot, Snippet
+from lsp.context import PromptBuilder, Snapshot, Snippet
 from lsp.retrieval import WorkspaceIndex
+from lsp.similar import OpenDocuments
 from lsp.tokens import TokenCounter
 
 MODULE = "\n".join(f"def helper_{i}(value):\n    return value * {i}\n" for i in range(200))
