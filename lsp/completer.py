@@ -17,7 +17,7 @@ from typing import Protocol
 
 from ling_local.errors import ContextLengthExceeded, LingLocalError
 from lsp.bridge import DaemonBridge
-from lsp.context import PromptBuilder, Snapshot, Snippet
+from lsp.context import Prompt, PromptBuilder, Snapshot, Snippet
 from lsp.generation import Generation, GenerationOptions
 from lsp.postprocess import plan, refit
 from lsp.retrieval import WorkspaceIndex
@@ -76,6 +76,8 @@ class Completer:
         self._seq: dict[str, int] = {}
         self._snippets: dict[str, tuple[tuple, list[Snippet]]] = {}
         self._retrieval: tuple[tuple, asyncio.Future[list[Snippet]]] | None = None
+        self.last_prompt: Prompt | None = None
+        """The last prompt sent, for `ling-local.stats` (is my context reaching the model?)."""
 
     # ------------------------------------------------------------------ document events
     def changed(self, uri: str) -> None:
@@ -123,7 +125,7 @@ class Completer:
                 st.superseded += 1
                 return None
         t_debounced = time.perf_counter()
-        snippets = await self._gather(snap, t0, s)
+        snippets = await self._gather(snap, t_debounced, s)
         gen = self._start(snap, snippets, s)
         timing = {
             "debounce_ms": round((t_debounced - t0) * 1000, 1),
@@ -150,7 +152,7 @@ class Completer:
         if old is not None:
             old.cancel()
         site = snap.site()
-        prompt = self.builder.build(snap, snippets)
+        prompt = self.last_prompt = self.builder.build(snap, snippets)
         gen = Generation(
             before=snap.before, after=snap.after, prompt=prompt, site=site,
             shape=plan(site, s.max_lines), bridge=self.bridge,
@@ -214,7 +216,7 @@ class Completer:
         return Suggestion(text, source, latency_ms)
 
     # ------------------------------------------------------------------ context
-    async def _gather(self, snap: Snapshot, t0: float, s: LspSettings) -> list[Snippet]:
+    async def _gather(self, snap: Snapshot, started: float, s: LspSettings) -> list[Snippet]:
         """Snippets for the prompt within the per-request time budget. They are chosen once
         per cursor line, so the prompt's start stays the same while the user types."""
         ws = self.workspace if s.context.workspace else None
@@ -224,7 +226,7 @@ class Completer:
         cached = self._snippets.get(snap.uri)
         if cached is not None and cached[0] == key:
             return cached[1]
-        deadline = t0 + s.context_budget_ms / 1000
+        deadline = started + s.context_budget_ms / 1000
         found: list[Snippet] = []
         if s.context.open_documents:
             found += self.open_docs.similar(

@@ -134,6 +134,7 @@ def register(ls: LingLanguageServer) -> None:
             "index_ready": bool(index and index.ready),
             "index_version": index.version if index else 0,
             "daemon_profile": ls.bridge.daemon_profile,
+            "last_prompt": _describe(ls.completer.last_prompt),
         }
 
     @ls.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
@@ -153,6 +154,19 @@ def register(ls: LingLanguageServer) -> None:
         await ls.completer.aclose()
         await ls.bridge.aclose()
         ls.telemetry.close()
+
+
+def _describe(prompt: Any) -> dict[str, Any] | None:
+    if prompt is None:
+        return None
+    return {
+        "prefix_chars": len(prompt.prefix),
+        "suffix_chars": len(prompt.suffix),
+        "snippets": [
+            {"path": s.path, "source": s.source, "score": round(s.score, 3)}
+            for s in prompt.snippets
+        ],
+    }
 
 
 def _after_accept(ls: LingLanguageServer, uri: str, arg: dict, text: str) -> Snapshot | None:

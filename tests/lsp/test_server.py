@@ -17,6 +17,7 @@ from tests.lsp.conftest import (
     open_document,
     stats,
     type_text,
+    wait_until,
 )
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ufffd]")
@@ -133,3 +134,35 @@ async def test_typing_through_and_accepting_need_no_new_request(
         final["cache_hits"] + final["joined"] > accepted["cache_hits"] + accepted["joined"]
         or final["empty"] > accepted["empty"]
     )
+
+
+async def test_open_documents_and_the_workspace_reach_the_prompt(
+    start_lsp: StartLsp, workspace: Path
+) -> None:
+    (workspace / "billing.py").write_text(
+        "def compute_invoice_total(lines, tax_rate):\n"
+        "    subtotal = sum(line.price * line.quantity for line in lines)\n"
+        "    return subtotal * (1 + tax_rate)\n"
+    )
+    client = await start_lsp()
+    await wait_until(_index_ready(client), timeout=60)
+    open_document(client, workspace / "geometry" / "shapes.py")  # open, not edited
+    text = (
+        "from geometry.shapes import Square\n\n"
+        "square = Square(side=3)\nprint(square.area(), square.side)\n"
+        "total = compute_invoice_total(lines, tax_rate) + square.area()\n"
+        "value = "
+    )
+    uri = open_document(client, workspace / "report.py", text)
+    await inline(client, uri, 5, len("value = "), invoked=False)  # debounced, automatic
+    prompt = (await stats(client))["last_prompt"]
+    sources = {(s["path"], s["source"]) for s in prompt["snippets"]}
+    assert ("geometry/shapes.py", "open") in sources
+    assert ("billing.py", "bm25") in sources
+
+
+def _index_ready(client):
+    async def check():
+        return (await stats(client))["index_ready"]
+
+    return check
