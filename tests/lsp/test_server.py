@@ -3,6 +3,7 @@ daemon with the real model."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from tests.lsp.conftest import (
     type_text,
     wait_until,
 )
+from tests.support import DaemonProcess
 
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f\ufffd]")
 _MAX_LINES = 4
@@ -99,7 +101,7 @@ async def test_inline_completion_is_consistent_with_prefix_and_suffix(
 
 
 async def test_typing_through_and_accepting_need_no_new_request(
-    start_lsp: StartLsp, workspace: Path
+    start_lsp: StartLsp, workspace: Path, daemon: DaemonProcess
 ) -> None:
     client = await start_lsp()
     uri = open_document(client, workspace / "main.py")
@@ -122,6 +124,12 @@ async def test_typing_through_and_accepting_need_no_new_request(
     )
     accepted = await stats(client)
     assert accepted["accepted"] == 1
+    # Local telemetry: sizes and sources, never the code itself.
+    log = (daemon.home / "state" / "lsp" / "telemetry.jsonl").read_text().splitlines()
+    events = [json.loads(line) for line in log]
+    assert {"shown", "accepted"} <= {e["event"] for e in events}
+    assert events[-1] == {**events[-1], "event": "accepted", "chars": len(text) - 1}
+    assert not any(text.strip() in line for line in log if len(text.strip()) > 3)
     assert accepted["speculative"] == after["speculative"] + 1  # the next one is on its way
     end_line = 9 + text.count("\n")
     end_col = 4 + len(text) if "\n" not in text else len(text.split("\n")[-1])
