@@ -21,7 +21,10 @@ _EXPORTS = {
         name: "ling_local.errors"
         for name in (
             "APIStatusError",
+            "AgentError",
             "AuthenticationError",
+            "ChainCancelled",
+            "ChainDefinitionError",
             "ClientError",
             "ConfigError",
             "ContextLengthExceeded",
@@ -34,6 +37,10 @@ _EXPORTS = {
             "Overloaded",
             "PermissionDenied",
             "RequestError",
+            "RunNotFound",
+            "StepFailed",
+            "StepTimeout",
+            "StructuredOutputError",
         )
     },
 }

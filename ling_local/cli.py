@@ -10,6 +10,7 @@ from typing import Annotated
 
 import typer
 
+from ling_local.agents.cli import chain_app
 from ling_local.errors import LingLocalError
 
 app = typer.Typer(
@@ -21,6 +22,7 @@ app = typer.Typer(
 )
 bench_app = typer.Typer(help="Benchmarks that print numbers.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
+app.add_typer(chain_app, name="chain")
 
 ProfileOpt = Annotated[
     str, typer.Option("--profile", "-p", help="Profile name (see `profiles`) or TOML path.")

@@ -9,6 +9,13 @@ LingLocalError
 │   └── ContextLengthExceeded   the prompt does not fit the model's context
 ├── GenerationCancelled         the generation was cancelled or superseded
 ├── Overloaded                  too many requests waiting (HTTP 429)
+├── AgentError                  a chain (ling_local.agents) could not run to its end
+│   ├── ChainDefinitionError    the chain or its file is invalid (names the step)
+│   ├── RunNotFound             no run with that id in the run log
+│   ├── ChainCancelled          the run was cancelled (it can be resumed)
+│   └── StepFailed              one step failed (`.step` names it)
+│       ├── StepTimeout         the step ran past its timeout
+│       └── StructuredOutputError  the answer never matched the schema, even after re-asks
 └── ClientError                 raised by the SDK (ling_local.client)
     ├── DaemonUnavailable       no daemon found or it cannot be reached
     └── APIStatusError          the daemon answered with an error status
@@ -20,7 +27,10 @@ from __future__ import annotations
 
 __all__ = [
     "APIStatusError",
+    "AgentError",
     "AuthenticationError",
+    "ChainCancelled",
+    "ChainDefinitionError",
     "ClientError",
     "ConfigError",
     "ContextLengthExceeded",
@@ -33,6 +43,10 @@ __all__ = [
     "Overloaded",
     "PermissionDenied",
     "RequestError",
+    "RunNotFound",
+    "StepFailed",
+    "StepTimeout",
+    "StructuredOutputError",
 ]
 
 
@@ -87,6 +101,57 @@ class GenerationCancelled(LingLocalError):
 class Overloaded(LingLocalError):
     error_type = "overloaded"
     status_code = 429
+
+
+class AgentError(LingLocalError):
+    error_type = "agent_error"
+
+
+class ChainDefinitionError(AgentError):
+    error_type = "chain_definition_error"
+
+
+class RunNotFound(AgentError):
+    error_type = "run_not_found"
+
+
+class ChainCancelled(AgentError):
+    error_type = "cancelled"
+
+
+class StepFailed(AgentError):
+    error_type = "step_failed"
+
+    def __init__(self, message: str, *, step: str = "", index: int = -1) -> None:
+        super().__init__(message)
+        self.step = step
+        self.index = index
+
+
+class StepTimeout(StepFailed):
+    error_type = "step_timeout"
+
+
+class StructuredOutputError(StepFailed):
+    """`.attempts` answers were asked for; `.errors` says why each was rejected and
+    `.output` is the last raw answer."""
+
+    error_type = "structured_output_error"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        step: str = "",
+        index: int = -1,
+        attempts: int = 0,
+        errors: list[str] | None = None,
+        output: str = "",
+    ) -> None:
+        super().__init__(message, step=step, index=index)
+        self.attempts = attempts
+        self.errors = list(errors or [])
+        self.output = output
 
 
 class ClientError(LingLocalError):

@@ -277,6 +277,8 @@ def ours(
             ttfts.append(stamps[0] * 1e3)
             tpots.append((stamps[-1] - stamps[0]) / (len(stamps) - 1) * 1e3)
         extra = {"accept_length": stats.accept_length, "verify_steps": stats.verify_steps}
+        if device == "cuda" and not compile_step:  # compiling more step sizes costs minutes
+            extra["graph_step_ms"] = await asyncio.to_thread(_time_graph_steps, engine, (1, 5, 9))
         await engine.stop()
         note = f"start+warm-up {warm:.0f}s"
         if stats.accept_length:
@@ -288,6 +290,27 @@ def ours(
         )
 
     return asyncio.run(main())
+
+
+def _time_graph_steps(engine: Any, sizes: tuple[int, ...]) -> dict[int, float]:
+    """Replay time of the captured step for T tokens: what one decode (T=1) or one
+    speculative verify (T=k+1) costs on this model."""
+    slot = engine.decoder.cache.slots[0]
+    out = {}
+    with torch.inference_mode():
+        for t in sizes:
+            step = engine.decoder._graph(slot, t)
+            step.load(list(range(3, 3 + t)), 0)
+            for _ in range(5):
+                step.replay()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(50):
+                step.replay()
+            end.record()
+            end.synchronize()
+            out[t] = round(start.elapsed_time(end) / 50, 4)
+    return out
 
 
 def reuse_latency(
@@ -414,6 +437,12 @@ def run_engine_bench(
                 kw = dict(compile_step=True, name="ling-local engine, compiled graph step")
             elif variant == "prompt-lookup":
                 kw = dict(speculative="prompt_lookup", name="ling-local engine, prompt lookup")
+            elif variant == "prompt-lookup-compiled":
+                kw = dict(
+                    speculative="prompt_lookup",
+                    compile_step=True,
+                    name="ling-local engine, compiled, prompt lookup",
+                )
             try:
                 row, toks, info = ours(model_dir, device, prompt, new_tokens, repeats, **kw)
                 row.same_tokens = _matching(reference, toks)

@@ -15,43 +15,48 @@ import torch.nn.functional as F
 __all__ = ["gptfast_tpot"]
 
 
-class _Model:
+class _Model(torch.nn.Module):
+    """Weights as parameters and the KV cache as buffers, as in gpt-fast's model.py: that
+    is what lets inductor's CUDA graphs treat the in-place cache update as static."""
+
     def __init__(self, hf: Any, max_len: int) -> None:
+        super().__init__()
         cfg = hf.config
         self.n_heads = cfg.num_attention_heads
         self.n_kv = cfg.num_key_value_heads
         self.head_dim = cfg.hidden_size // self.n_heads
         self.eps = cfg.rms_norm_eps
         inner = hf.model
-        self.embed = inner.embed_tokens.weight
-        self.layers = [
-            (
-                layer.input_layernorm.weight,
-                torch.cat(
-                    [
-                        layer.self_attn.q_proj.weight,
-                        layer.self_attn.k_proj.weight,
-                        layer.self_attn.v_proj.weight,
-                    ]
-                ),
-                layer.self_attn.o_proj.weight,
-                layer.post_attention_layernorm.weight,
-                torch.cat([layer.mlp.gate_proj.weight, layer.mlp.up_proj.weight]),
-                layer.mlp.down_proj.weight,
-            )
-            for layer in inner.layers
-        ]
-        self.norm = inner.norm.weight
-        self.lm_head = hf.lm_head.weight
+
+        def param(t: torch.Tensor) -> torch.nn.Parameter:
+            return torch.nn.Parameter(t.detach(), requires_grad=False)
+
+        self.embed = param(inner.embed_tokens.weight)
+        self.layers = torch.nn.ModuleList()
         dev, dt = self.embed.device, self.embed.dtype
+        shape = (1, self.n_kv, max_len, self.head_dim)
+        for layer in inner.layers:
+            block = torch.nn.Module()
+            att, mlp = layer.self_attn, layer.mlp
+            block.ln1 = param(layer.input_layernorm.weight)
+            block.wqkv = param(torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]))
+            block.wo = param(att.o_proj.weight)
+            block.ln2 = param(layer.post_attention_layernorm.weight)
+            block.w13 = param(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]))
+            block.w2 = param(mlp.down_proj.weight)
+            block.register_buffer("k_cache", torch.zeros(shape, device=dev, dtype=dt))
+            block.register_buffer("v_cache", torch.zeros(shape, device=dev, dtype=dt))
+            self.layers.append(block)
+        self.norm = param(inner.norm.weight)
+        self.lm_head = param(hf.lm_head.weight)
         cos, sin = inner.rotary_emb(
             torch.zeros(1, device=dev, dtype=dt), torch.arange(max_len, device=dev)[None]
         )
-        self.cos, self.sin = cos[0], sin[0]
-        shape = (1, self.n_kv, max_len, self.head_dim)
-        self.k = [torch.zeros(shape, device=dev, dtype=dt) for _ in self.layers]
-        self.v = [torch.zeros(shape, device=dev, dtype=dt) for _ in self.layers]
-        self.causal = torch.tril(torch.ones(max_len, max_len, dtype=torch.bool, device=dev))
+        self.register_buffer("cos", cos[0])
+        self.register_buffer("sin", sin[0])
+        self.register_buffer(
+            "causal", torch.tril(torch.ones(max_len, max_len, dtype=torch.bool, device=dev))
+        )
 
     def norm_(self, x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
         h = x.float()
@@ -67,21 +72,20 @@ class _Model:
         x = F.embedding(idx, self.embed)
         mask = self.causal[None, None, pos]
         nq, nk = self.n_heads * self.head_dim, self.n_kv * self.head_dim
-        for i, (ln1, wqkv, wo, ln2, w13, w2) in enumerate(self.layers):
-            h = self.norm_(x, ln1)
-            qkv = F.linear(h, wqkv)
+        for b in self.layers:
+            qkv = F.linear(self.norm_(x, b.ln1), b.wqkv)
             q = qkv[..., :nq].view(1, t, self.n_heads, self.head_dim).transpose(1, 2)
             k = qkv[..., nq : nq + nk].view(1, t, self.n_kv, self.head_dim).transpose(1, 2)
             v = qkv[..., nq + nk :].view(1, t, self.n_kv, self.head_dim).transpose(1, 2)
             q, k = self.rope(q, pos), self.rope(k, pos)
-            self.k[i].index_copy_(2, pos, k)
-            self.v[i].index_copy_(2, pos, v)
+            b.k_cache.index_copy_(2, pos, k)
+            b.v_cache.index_copy_(2, pos, v)
             y = F.scaled_dot_product_attention(
-                q, self.k[i], self.v[i], attn_mask=mask, enable_gqa=True
+                q, b.k_cache, b.v_cache, attn_mask=mask, enable_gqa=True
             )
-            x = x + F.linear(y.transpose(1, 2).reshape(1, t, nq), wo)
-            g, u = F.linear(self.norm_(x, ln2), w13).chunk(2, -1)
-            x = x + F.linear(F.silu(g) * u, w2)
+            x = x + F.linear(y.transpose(1, 2).reshape(1, t, nq), b.wo)
+            g, u = F.linear(self.norm_(x, b.ln2), b.w13).chunk(2, -1)
+            x = x + F.linear(F.silu(g) * u, b.w2)
         return F.linear(self.norm_(x, self.norm), self.lm_head)
 
 
@@ -89,6 +93,11 @@ def gptfast_tpot(
     hf: Any, prompt: list[int], new_tokens: int, repeats: int
 ) -> tuple[dict, list[int]]:
     """Median TPOT of the compiled loop, and its greedy tokens."""
+    import torch._inductor.config as inductor
+
+    inductor.coordinate_descent_tuning = True  # gpt-fast's generate.py settings
+    inductor.triton.unique_kernel_names = True
+    inductor.fx_graph_cache = True
     max_len = len(prompt) + new_tokens + 8
     model = _Model(hf, max_len)
     dev = model.embed.device
@@ -109,9 +118,9 @@ def gptfast_tpot(
         pos = torch.tensor([len(prompt)], device=dev)
         out = [token.clone()]
         for _ in range(new_tokens - 1):
-            token = decode(token.view(1, 1), pos)
+            token = decode(token.view(1, 1), pos).clone()  # graph outputs get overwritten
             pos += 1
-            out.append(token.clone())
+            out.append(token)
         torch.cuda.synchronize()
         t_end = time.perf_counter()
         return t_first - t0, (t_end - t_first) / (new_tokens - 1), torch.cat(out).tolist()

@@ -213,7 +213,9 @@ class TorchEngine:
             )
         params = request.sampling
         stop_ids = set(params.stop_token_ids)
-        if not params.ignore_eos:
+        if params.ignore_eos:  # the prompt builder lists EOS among its stop ids: drop it too
+            stop_ids.difference_update(self.tokenizer.eos_token_ids)
+        else:
             stop_ids.update(self.tokenizer.eos_token_ids)
         mode = self.profile.engine.speculative
         speculate = mode != "none" and params.greedy

@@ -122,7 +122,7 @@ async def completions(request: Request) -> JSONResponse | StreamingResponse:
             raise RequestError("the prompt is empty", param="prompt")
         built = prompts.completion(body.prompt, body.suffix)
     sampling = st.sampling(body, chat=False, built=built)
-    gen = st.request(built, sampling, body.priority, Priority.COMPLETION)
+    gen = st.request(built, sampling, body.priority, Priority.COMPLETION, body.json_schema())
     st.scheduler.check_capacity()
     rid = f"cmpl-{uuid.uuid4().hex[:24]}"
     head = _dumps(

@@ -22,6 +22,17 @@ class StreamOptions(_Body):
     include_usage: StrictBool = False
 
 
+class JsonSchemaSpec(_Body):
+    name: StrictStr | None = None
+    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
+    strict: bool | None = None
+
+
+class ResponseFormat(_Body):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaSpec | None = None
+
+
 class _Common(_Body):
     model: StrictStr | None = None
     max_tokens: Annotated[int, Field(strict=True, ge=1)] | None = None
@@ -40,6 +51,9 @@ class _Common(_Body):
     """A newer request with the same key cancels this one (e.g. an editor document URI)."""
     ignore_eos: StrictBool = False
     """Benchmarks: generate exactly max_tokens tokens."""
+    response_format: ResponseFormat | None = None
+    """Structured output (OpenAI's chat field; accepted on completions too, as vLLM does):
+    passed to engines with constrained decoding, ignored by the others."""
 
     @field_validator("stop")
     @classmethod
@@ -57,6 +71,14 @@ class _Common(_Body):
     @property
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
+
+    def json_schema(self) -> dict[str, Any] | None:
+        fmt = self.response_format
+        if fmt is None or fmt.type == "text":
+            return None
+        if fmt.type == "json_object":
+            return {"type": "object"}
+        return (fmt.json_schema.schema_ if fmt.json_schema else None) or {"type": "object"}
 
 
 class CompletionRequest(_Common):
@@ -109,20 +131,8 @@ class ChatMessage(_Body):
         return "".join(part.text for part in self.content)
 
 
-class JsonSchemaSpec(_Body):
-    name: StrictStr | None = None
-    schema_: dict[str, Any] | None = Field(default=None, alias="schema")
-    strict: bool | None = None
-
-
-class ResponseFormat(_Body):
-    type: Literal["text", "json_object", "json_schema"]
-    json_schema: JsonSchemaSpec | None = None
-
-
 class ChatCompletionRequest(_Common):
     messages: list[ChatMessage] = Field(min_length=1)
-    response_format: ResponseFormat | None = None
     tools: list[Any] | None = None
     logprobs: StrictBool | None = None
 
@@ -139,11 +149,3 @@ class ChatCompletionRequest(_Common):
         if value:
             raise ValueError("logprobs are not supported")
         return value
-
-    def json_schema(self) -> dict[str, Any] | None:
-        fmt = self.response_format
-        if fmt is None or fmt.type == "text":
-            return None
-        if fmt.type == "json_object":
-            return {"type": "object"}
-        return (fmt.json_schema.schema_ if fmt.json_schema else None) or {"type": "object"}

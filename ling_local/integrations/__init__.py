@@ -1,0 +1,1 @@
+"""Bridges from other frameworks to the daemon (each behind an optional extra)."""
