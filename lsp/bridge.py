@@ -40,16 +40,18 @@ class DaemonBridge:
         self._told: set[str] = set()
         self._starting: asyncio.Task[bool] | None = None
         self._last_start = 0.0
-        self._reconnect: asyncio.Future[bool] | None = None
+        self._tasks: set[asyncio.Future[Any]] = set()
         self.daemon_profile: str | None = None
         self.context_length: int | None = None
         self.on_starting: Callable[[bool], None] | None = None
         """Called with True when this server starts a daemon, False when it is up."""
+        self.on_ready: Callable[[], None] | None = None
+        """Called whenever a ready daemon is (re)found: its profile and context may differ."""
 
     # ------------------------------------------------------------------ messages
     def tell_once(self, key: str, kind: str, message: str) -> None:
         if key in self._told:
-            self.notify("log", message)
+            log.debug("%s", message)  # told already: not again on every keystroke
             return
         self._told.add(key)
         self.notify(kind, message)
@@ -89,6 +91,8 @@ class DaemonBridge:
         except LingLocalError as err:
             log.info("cannot read /v1/models: %s", err)
         self._connected()
+        if self.on_ready is not None:
+            self.on_ready()
         return "ready"
 
     async def _wait_ready(self, timeout: float = START_TIMEOUT_S) -> bool:
@@ -124,7 +128,7 @@ class DaemonBridge:
             "unavailable",
             "warning",
             "ling-local: no daemon answers, so there are no completions. Start it with "
-            "`ling-local serve` (or set start_daemon); completions resume by themselves.",
+            "`ling-local serve` (or drop --no-start-daemon); completions resume by themselves.",
         )
 
     async def _start(self) -> bool:
@@ -173,18 +177,34 @@ class DaemonBridge:
         """Open a completion stream (FIM when `suffix`); errors the user can fix are told
         once and re-raised."""
         try:
-            return await self.client().stream_complete(prefix, suffix=suffix, **options)
+            stream = await self.client().stream_complete(prefix, suffix=suffix, **options)
         except DaemonUnavailable:
-            await self._reset_client()
-            if self.start_daemon:
-                if self._starting is None or self._starting.done():
-                    self._reconnect = asyncio.ensure_future(self.ensure())
-            else:
-                self.unavailable()
+            self.lost()
             raise
         except EngineNotReady as err:
             self.tell_once("loading", "info", f"ling-local: the model is not ready yet ({err})")
             raise
+        if self._told & {"unavailable", "loading"}:  # it is back: re-read its facts
+            self._spawn(self.check())
+        return stream
+
+    def lost(self) -> None:
+        """The daemon went away (refused, or died mid-stream): find it again next time,
+        start a new one when allowed, and tell the user once."""
+        if not self.start_daemon:
+            self._spawn(self._reset_client())
+            self.unavailable()
+        elif self._starting is None or self._starting.done():
+            self._spawn(self._reset_then_ensure())
+
+    async def _reset_then_ensure(self) -> None:
+        await self._reset_client()
+        await self.ensure()
+
+    def _spawn(self, coro: Any) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def observe_ttft(self, seconds: float) -> None:
         if seconds > SLOW_TTFT_S:
@@ -195,6 +215,7 @@ class DaemonBridge:
             )  # fmt: skip
 
     async def aclose(self) -> None:
-        if self._starting is not None and not self._starting.done():
-            self._starting.cancel()
+        for task in [self._starting, *self._tasks]:
+            if task is not None and not task.done():
+                task.cancel()
         await self._reset_client()

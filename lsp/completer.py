@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from ling_local.errors import ContextLengthExceeded, LingLocalError
+from ling_local.errors import ContextLengthExceeded, DaemonUnavailable, LingLocalError
 from lsp.bridge import DaemonBridge
 from lsp.context import Prompt, PromptBuilder, Snapshot, Snippet
 from lsp.generation import Generation, GenerationOptions
@@ -176,6 +176,8 @@ class Completer:
             st.failed += 1
             if isinstance(gen.error, ContextLengthExceeded):
                 self.counter.shrink()
+            elif isinstance(gen.error, DaemonUnavailable) and gen.chunks:
+                self.bridge.lost()  # died mid-stream (a refused connection is handled there)
             if not isinstance(gen.error, LingLocalError):
                 log.error("generation failed", exc_info=gen.error)
             else:

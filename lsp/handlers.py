@@ -188,10 +188,13 @@ def _after_accept(ls: LingLanguageServer, uri: str, arg: dict, text: str) -> Sna
 
 
 async def _connect(ls: LingLanguageServer) -> None:
-    ls.bridge.on_starting = lambda starting: _daemon_progress(ls, starting)
-    if await ls.bridge.ensure():
+    def on_ready() -> None:
         ls.follow_daemon_profile()
         ls.fit_budgets()
+
+    ls.bridge.on_starting = lambda starting: _daemon_progress(ls, starting)
+    ls.bridge.on_ready = on_ready
+    await ls.bridge.ensure()
 
 
 def _daemon_progress(ls: LingLanguageServer, starting: bool) -> None:
