@@ -108,7 +108,10 @@ class Completer:
         gen = self._inflight.get(snap.uri)
         if gen is not None and self._joinable(gen, snap):
             st.joined += 1
-            await gen.wait()
+            typed = len(snap.before) - len(gen.before)
+            text = await gen.wait(self._early_s(gen, s), beyond=typed)
+            if gen.detached and text:
+                self.cache.put(snap.uri, gen.before, gen.after, text, gen)
             hit = self.cache.lookup(snap.uri, snap.before, snap.after)
             if hit is not None and (text := refit(hit[0], site)):
                 return self._shown(snap, text, "join", t0, hit[1])
@@ -131,7 +134,10 @@ class Completer:
             "debounce_ms": round((t_debounced - t0) * 1000, 1),
             "context_ms": round((gen.started - t_debounced) * 1000, 2),
         }
-        text = await gen.wait()
+        text = await gen.wait(self._early_s(gen, s))
+        if gen.detached and text and not gen.done:  # early: typing through these lines
+            st.early += 1  # must not need the model
+            self.cache.put(snap.uri, gen.before, gen.after, text, gen)
         if self._seq.get(snap.uri) != seq or self.documents.version(snap.uri) != snap.version:
             st.stale += 1
             return None
@@ -139,6 +145,12 @@ class Completer:
             return None
         timing["ttft_ms"] = round((gen.ttft_s or 0.0) * 1000, 1)
         return self._shown(snap, text, "model", t0, gen, timing)
+
+    @staticmethod
+    def _early_s(gen: Generation, s: LspSettings) -> float | None:
+        if not gen.shape.multiline or s.first_lines_ms is None:
+            return None
+        return s.first_lines_ms / 1000
 
     def _joinable(self, gen: Generation, snap: Snapshot) -> bool:
         if gen.after != snap.after or not snap.before.startswith(gen.before):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from lsp.bridge import DaemonBridge
 from lsp.context import Prompt
-from lsp.postprocess import Shape, Site, finish, process
+from lsp.postprocess import Shape, Site, complete_lines, finish, process
 
 __all__ = ["Generation", "GenerationOptions"]
 
@@ -61,6 +61,9 @@ class Generation:
         self.prompt_tokens = 0
         self.cancelled = False
         self.shown = False
+        self.detached = False
+        """Answered early with its first lines: it lives on (bounded) for the next request."""
+        self._progress = asyncio.Event()
         """Set once its text reached the editor (for the tokens-never-shown count)."""
         self.error: Exception | None = None
         self.started = time.perf_counter()
@@ -96,6 +99,7 @@ class Generation:
                         self.ttft_s = time.perf_counter() - self.started
                     self.chunks += 1
                     self.raw += chunk.text
+                    self._progress.set()
                     if process(self.raw, self.site, self.shape)[1]:
                         break  # the rest would be cut anyway: stop generating it
                 else:
@@ -114,14 +118,20 @@ class Generation:
                 self.completion_tokens = self.chunks
             self._on_done(self)
 
-    async def wait(self) -> str:
-        """The finished suggestion ('' for none). Cancelling the caller does not cancel the
-        generation unless it was the last one waiting."""
+    async def wait(self, early_s: float | None = None, beyond: int = 0) -> str:
+        """The finished suggestion ('' for none). With `early_s`, a multi-line suggestion
+        not finished by then is answered with its complete lines so far, and the generation
+        goes on for the next request (the user accepting or typing through those lines).
+        Cancelling the caller does not cancel the generation unless it was the last one
+        waiting. `beyond`: a joining request needs more than this many characters."""
         self._waiters += 1
         if self._orphan is not None:
             self._orphan.cancel()
             self._orphan = None
         try:
+            if early_s is not None and (early := await self._early(early_s, beyond)):
+                self.detached = True
+                return early
             await asyncio.shield(self._task)
         except asyncio.CancelledError:
             if self._task.done() and self._task.cancelled():
@@ -131,8 +141,27 @@ class Generation:
             self._waiters -= 1
             if self._waiters == 0 and not self._task.done():
                 loop = asyncio.get_running_loop()
-                self._orphan = loop.call_later(ORPHAN_GRACE_S, self.cancel)
+                grace = SPECULATIVE_TTL_S if self.detached else ORPHAN_GRACE_S
+                self._orphan = loop.call_later(grace, self.cancel)
         return self.text
+
+    async def _early(self, early_s: float, beyond: int) -> str:
+        """Complete lines (more than `beyond` characters) once `early_s` has passed, or ''
+        when the task ends first."""
+        remaining = self.started + early_s - time.perf_counter()
+        if remaining > 0:
+            await asyncio.wait({self._task}, timeout=remaining)
+        while not self._task.done():
+            text = complete_lines(self.raw, self.site, self.shape)
+            if len(text) > beyond:
+                return text
+            self._progress.clear()
+            progress = asyncio.ensure_future(self._progress.wait())
+            try:
+                await asyncio.wait({self._task, progress}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                progress.cancel()
+        return ""
 
     def cancel(self) -> None:
         """Stop now: closes the HTTP stream, which cancels the generation in the engine."""

@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["Shape", "Site", "finish", "plan", "process", "refit"]
+__all__ = ["Shape", "Site", "complete_lines", "finish", "plan", "process", "refit"]
 
 _OPENERS = {"(": ")", "[": "]", "{": "}"}
 _CLOSERS = {v: k for k, v in _OPENERS.items()}
@@ -198,3 +198,12 @@ def refit(text: str, site: Site) -> str:
     first = text.split("\n", 1)[0]
     first = _trim_suffix_overlap(_cut_unmatched_closer(first, site.line_suffix), site.line_suffix)
     return first.rstrip()
+
+
+def complete_lines(raw: str, site: Site, shape: Shape) -> str:
+    """A multi-line suggestion's lines that are already complete (the one being written is
+    left out), or '' when none has text yet: what can be shown before the block is done."""
+    if not shape.multiline or "\n" not in raw:
+        return ""
+    text, _ = process(raw[: raw.rfind("\n")], site, shape, final=True)
+    return text if text.strip() else ""

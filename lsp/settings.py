@@ -43,6 +43,10 @@ class LspSettings(_Model):
     debounce_max_ms: int = Field(default=350, ge=0, le=5000)
     max_lines: int = Field(default=8, ge=1, le=200)
     """Most lines a multi-line (block) suggestion may have."""
+    first_lines_ms: int | None = Field(default=200, ge=0, le=10000)
+    """A multi-line suggestion not finished this long after the request is shown with its
+    complete lines so far; the rest keeps generating and comes as you accept or type
+    through them. None: always wait for the whole block."""
     max_tokens: int = Field(default=64, ge=1, le=1024)
     """Most tokens the model generates for one suggestion."""
     temperature: float | None = Field(default=None, ge=0.0, le=2.0)

@@ -48,6 +48,8 @@ class Stats:
     """Generations whose text post-processing reduced to nothing."""
     shown: int = 0
     """Suggestions returned to the editor."""
+    early: int = 0
+    """Multi-line suggestions shown with their first lines while the rest was generating."""
     accepted: int = 0
     tokens_generated: int = 0
     tokens_shown: int = 0

@@ -20,8 +20,11 @@ from pytest_lsp.client import make_test_lsp_client
 from tests.support import DaemonProcess, child_env
 
 # Sampling that makes even a random-weight model write text, reproducibly; short outputs
-# keep the suite fast on two cores.
-TEST_SETTINGS: dict[str, Any] = {"temperature": 1.0, "seed": 11, "maxTokens": 16}
+# keep the suite fast on two cores. Early first lines (tested on their own) would make which
+# request generates depend on machine speed.
+TEST_SETTINGS: dict[str, Any] = {
+    "temperature": 1.0, "seed": 11, "maxTokens": 16, "firstLinesMs": None,
+}  # fmt: skip
 
 SOURCE = "\n".join([
     "import math",

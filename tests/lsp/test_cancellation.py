@@ -13,7 +13,15 @@ import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from tests.lsp.conftest import StartLsp, metric, open_document, type_text, wait_until
+from tests.lsp.conftest import (
+    StartLsp,
+    inline,
+    metric,
+    open_document,
+    stats,
+    type_text,
+    wait_until,
+)
 from tests.support import DaemonProcess
 
 # A top-level empty line: a block that only ends at max_lines or two blank lines, so with
@@ -81,3 +89,19 @@ async def test_a_new_keystroke_supersedes_the_generation_in_flight(
     with contextlib.suppress(JsonRpcException):  # a one-line answer may beat the cancel
         await asyncio.wait_for(second, 5)
     await wait_until(lambda: running(daemon) == 0, timeout=5)
+
+
+async def test_a_long_block_shows_its_first_lines_while_the_rest_generates(
+    start_lsp: StartLsp, workspace: Path, daemon: DaemonProcess
+) -> None:
+    client = await start_lsp(settings={**LONG, "firstLinesMs": 100})
+    uri = open_document(client, workspace / "scratch.py", DOC)
+    items = await asyncio.wait_for(inline(client, uri, 3, 0), 60)
+    st = await stats(client)
+    assert st["early"] == 1, "the block finished before any line was complete"
+    assert len(items) == 1 and items[0].insert_text.strip()
+    assert running(daemon) == 1  # the rest is still coming, for the next keystrokes
+    client.text_document_did_close(
+        types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri))
+    )
+    await wait_until(lambda: running(daemon) == 0, timeout=5)  # closing cancels it

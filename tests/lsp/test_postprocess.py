@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from lsp.context import Snapshot
-from lsp.postprocess import Site, finish, plan, process, refit
+from lsp.postprocess import Site, complete_lines, finish, plan, process, refit
 
 
 def at(source: str) -> tuple[Site, Snapshot]:
@@ -133,3 +133,14 @@ def test_streaming_one_line_is_done_at_the_first_newline() -> None:
 
 def test_closing_quote_already_in_the_suffix_is_not_repeated() -> None:
     assert suggest('name = "|"\n', 'hello"') == "hello"
+
+
+def test_complete_lines_leave_out_the_line_being_written() -> None:
+    site, _ = at("def load(path):|\n")
+    shape = plan(site, 8)
+    assert complete_lines("\n    with open(pa", site, shape) == ""  # no whole line yet
+    assert complete_lines("\n    with open(path) as f:\n        ret", site, shape) == (
+        "\n    with open(path) as f:"
+    )
+    one_line, _ = at("x = |\n")
+    assert complete_lines("1\n2", one_line, plan(one_line, 8)) == ""  # one-line: never early
