@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 
 from ling_local.bench.session import Session, load_session
+from ling_local.errors import DaemonUnavailable
 
 __all__ = ["render_markdown", "run_complete_bench"]
 
@@ -39,8 +40,12 @@ def _percentiles(values: list[float]) -> dict[str, float | int | None]:
 
 
 def _metrics(url: str, token: str) -> dict[str, float]:
-    text = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {token}"},
-                     timeout=10, trust_env=False).text  # fmt: skip
+    try:
+        text = httpx.get(f"{url}/metrics", headers={"Authorization": f"Bearer {token}"},
+                         timeout=10, trust_env=False).text  # fmt: skip
+    except httpx.HTTPError as err:
+        raise DaemonUnavailable(f"the daemon at {url} stopped answering ({err}); "
+                                "the run is void") from None  # fmt: skip
     out: dict[str, float] = {}
     for name, labels, value in re.findall(r"^(ling_\w+?)(\{[^}]*\})? (\S+)$", text, re.M):
         key = name + (labels or "")
