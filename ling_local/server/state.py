@@ -100,6 +100,9 @@ class DaemonState:
         priority: str | None,
         default: Priority,
         json_schema: dict | None = None,
+        *,
+        messages: list[dict[str, str]] | None = None,
+        fim: tuple[str, str] | None = None,
     ) -> GenerationRequest:
         self.check_context(built)
         return GenerationRequest(
@@ -108,4 +111,6 @@ class DaemonState:
             sampling=sampling,
             priority=Priority.parse(priority) if priority else default,
             json_schema=json_schema,
+            messages=messages,
+            fim=fim,
         )
