@@ -123,11 +123,48 @@ def lsp(
 
 
 @app.command()
-def tui() -> None:
-    """The chat TUI."""
+def tui(
+    chain: Annotated[
+        str | None,
+        typer.Option(help="Open the agent-chain view with this chain file (defines `chain`)."),
+    ] = None,
+) -> None:
+    """The chat TUI: conversations with the local model, and agent chains step by step."""
     from tui.app import main as tui_main
 
-    tui_main()
+    tui_main(chain_file=chain)
+
+
+@bench_app.command("quality")
+def bench_quality(
+    limit: Annotated[int, typer.Option(help="held-out examples of each kind")] = 100,
+    device: str = "cpu",
+    profile: Annotated[
+        str, typer.Option(help="profile whose prompt format the daemon-path row uses ('' to skip)")
+    ] = "tiny",
+    mode: Annotated[str, typer.Option(help="psm | spm for the raw-model rows")] = "spm",
+    token_healing: Annotated[bool, typer.Option(help="heal in the raw-model rows")] = False,
+    model_dir: str | None = None,
+    draft_dir: str | None = None,
+    accept_limit: int = 20,
+    json_out: str | None = None,
+) -> None:
+    """FIM quality of the tiny model on held-out stdlib files vs two baselines."""
+    from ling_local.bench.quality import run_quality
+
+    run_quality(
+        model_dir,
+        limit,
+        device,
+        json_out,
+        draft_dir,
+        mode,
+        16,
+        None,
+        accept_limit,
+        token_healing,
+        profile=profile or None,
+    )
 
 
 @bench_app.command("engine")

@@ -110,6 +110,11 @@ class PromptSettings(_Section):
     """Text that ends a generation besides the tokenizer's EOS token."""
     chat_template: Literal["model", "chatml", "plain"] = "model"
     """``model`` uses the tokenizer's own chat template, falling back to ``plain``."""
+    token_healing: bool = False
+    """Fill-in-the-middle: drop the prefix's last token and let the model re-create it
+    (the cursor rarely falls on a token boundary); embedded engine only."""
+    ban_fim_tokens: bool = True
+    """Never generate the FIM control tokens (a small model sometimes emits them)."""
     prefix_tokens: int = Field(default=1024, ge=16)
     """Editor completion: budget for text before the cursor (incl. context snippets)."""
     suffix_tokens: int = Field(default=256, ge=0)

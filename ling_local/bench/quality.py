@@ -52,6 +52,7 @@ def run_quality(
     accept_limit: int = 20,
     token_healing: bool = False,
     console: Console | None = None,
+    profile: str | None = "tiny",
 ) -> dict:
     """Score the model and both baselines on ``limit`` examples of each kind; print a table.
 
@@ -77,6 +78,16 @@ def run_quality(
                                           batch_size, None, token_healing),
         "repeat-prev-line": lambda exs: [ev.repeat_previous_line(e) for e in exs],
     }  # fmt: skip
+    if profile:  # the product path: the engine with the profile's prompt format
+        from ling_local.bench.quality_daemon import daemon_predictor
+        from ling_local.config import load_profile
+
+        prof = load_profile(profile)
+        prof.model.path = model_dir
+        prof.model.device = device
+        systems = {f"daemon path ({prof.name}: {prof.prompt.fim_format}"
+                   f"{', healing' if prof.prompt.token_healing else ''})":
+                   daemon_predictor(prof), **systems}  # fmt: skip
     t0 = time.perf_counter()
     result: dict = {
         "model_dir": model_dir,
@@ -150,6 +161,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--token-healing", action="store_true", help="re-generate the cursor's token")
     p.add_argument("--eval-set", help="another eval_set.jsonl.gz (default: the shipped one)")
     p.add_argument("--json-out", help="write all numbers here as JSON")
+    p.add_argument(
+        "--profile",
+        default="tiny",
+        help="also score the daemon's path with this profile's prompt format ('' to skip)",
+    )
     a = p.parse_args(argv)
     run_quality(
         a.model_dir,
@@ -162,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         a.eval_set,
         a.accept_limit,
         a.token_healing,
+        profile=a.profile or None,
     )
     return 0
 

@@ -57,17 +57,9 @@ def gpu_inventory() -> list[dict] | None:
 
 
 def _local_dir(profile: Profile, ref: str) -> Path | None:
-    from ling_local.engines.sglang.command import model_reference
+    from ling_local.engines.sglang.command import local_model_dir, model_reference
 
-    value = model_reference(profile, ref)
-    if Path(value).is_dir():
-        return Path(value)
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        return None
-    found = try_to_load_from_cache(value, "config.json")
-    return Path(found).parent if isinstance(found, str) else None
+    return local_model_dir(model_reference(profile, ref))
 
 
 def model_files(directory: Path) -> tuple[list[str], int]:

@@ -39,6 +39,7 @@ from ling_local.engines.prefix_cache import PrefixCache
 from ling_local.engines.sampling import make_generator
 from ling_local.engines.speculative import NgramIndex
 from ling_local.errors import ConfigError, EngineNotReady, RequestError
+from ling_local.prompts import PromptBuilder
 from ling_local.tokenization import TextTokenizer, load_tokenizer
 
 __all__ = ["TorchEngine"]
@@ -50,6 +51,7 @@ class TorchEngine:
     kind = "torch"
     supports_preemption = True
     supports_concurrency = False
+    supports_token_healing = True
 
     def __init__(self, profile: Profile) -> None:
         self.profile = profile
@@ -116,6 +118,7 @@ class TorchEngine:
             draft_cache=draft_cache,
             num_speculative=engine.num_speculative_tokens,
             compile_graphs=engine.compile,
+            banned_token_ids=PromptBuilder(self.profile.prompt, self.tokenizer).banned_token_ids(),
         )
         log.info(
             "loaded %s on %s (%s, %s path%s) in %.2fs",
@@ -233,6 +236,7 @@ class TorchEngine:
             history=NgramIndex(ids) if speculate and mode in ("prompt_lookup", "auto") else None,
             speculate=speculate,
             t_start=time.perf_counter(),
+            strip=request.heal_text if request.first_token_ids else "",
         )
 
     # ----------------------------------------------------------------- worker thread

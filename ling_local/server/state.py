@@ -37,7 +37,8 @@ class DaemonState:
             raise EngineNotReady(f"the engine is {state.value}" + (f": {detail}" if detail else ""))
         if self.prompts is None:
             tokenizer = getattr(self.engine, "tokenizer", None)
-            self.prompts = PromptBuilder(self.profile.prompt, tokenizer)
+            heal = getattr(self.engine, "supports_token_healing", False)
+            self.prompts = PromptBuilder(self.profile.prompt, tokenizer, heal=heal)
         return self.prompts
 
     def check_model(self, requested: str | None) -> None:
@@ -113,4 +114,6 @@ class DaemonState:
             json_schema=json_schema,
             messages=messages,
             fim=fim,
+            first_token_ids=built.first_token_ids,
+            heal_text=built.heal_text,
         )

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 from ling_local.engines.sglang.command import LaunchCommand, build_command, profile_flags
-from ling_local.engines.sglang.engine import SGLangEngine, child_info_file
+from ling_local.engines.sglang.engine import SGLangEngine
+from ling_local.engines.sglang.process import child_info_file
 
 __all__ = ["LaunchCommand", "SGLangEngine", "build_command", "child_info_file", "profile_flags"]

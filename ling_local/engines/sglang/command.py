@@ -8,6 +8,7 @@ so the Ling profiles reproduce the published recipes flag for flag.
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import socket
@@ -23,6 +24,8 @@ __all__ = [
     "build_command",
     "child_environment",
     "free_port",
+    "local_model_dir",
+    "model_context_length",
     "model_reference",
     "profile_flags",
 ]
@@ -61,6 +64,31 @@ def model_reference(profile: Profile, value: str) -> str:
     if value.count("/") == 1 and not Path(value).exists():
         return value
     return str(path)
+
+
+def local_model_dir(reference: str) -> Path | None:
+    """The directory holding a model given as a path or a Hugging Face id (in the local
+    hub cache), or None when it is not on this machine yet."""
+    if Path(reference).is_dir():
+        return Path(reference)
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    found = try_to_load_from_cache(reference, "config.json")
+    return Path(found).parent if isinstance(found, str) else None
+
+
+def model_context_length(model_dir: Path | None) -> int | None:
+    """The longest sequence a model was built for, from its config.json."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text())  # type: ignore[operator]
+    except (OSError, TypeError, ValueError):
+        return None
+    for key in ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions"):
+        if isinstance(config.get(key), int):
+            return config[key]
+    return None
 
 
 def profile_flags(profile: Profile) -> list[str]:

@@ -13,13 +13,11 @@ import asyncio
 import contextlib
 import json
 import logging
-import os
 import secrets
 import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator
-from pathlib import Path
 
 import aiohttp
 
@@ -34,8 +32,14 @@ from ling_local.engines.base import (
     Priority,
     SamplingParams,
 )
-from ling_local.engines.sglang.command import build_command, free_port, model_reference
-from ling_local.engines.sglang.process import ChildProcess
+from ling_local.engines.sglang.command import (
+    build_command,
+    free_port,
+    local_model_dir,
+    model_context_length,
+    model_reference,
+)
+from ling_local.engines.sglang.process import ChildProcess, child_info_file
 from ling_local.engines.sglang.progress import LoadProgress, LogFollower, ProgressDisplay
 from ling_local.engines.sglang.relay import Flight, dumps, generate_payload, relay_events
 from ling_local.errors import EngineCrashed, EngineError, EngineNotReady, RequestError
@@ -49,23 +53,6 @@ _LOG_TAIL = 15
 _HEALTH_TIMEOUT = aiohttp.ClientTimeout(total=2.0)
 _ABORT_TIMEOUT = aiohttp.ClientTimeout(total=5.0)
 _JSON = {"Content-Type": "application/json"}
-
-
-def child_info_file() -> Path:
-    """Where the running child's URL and key are kept (0600, like the daemon's token), for
-    the user's own debugging and for the overhead benchmark to reach SGLang directly."""
-    return paths.runtime_dir() / "sglang.json"
-
-
-def _context_length_of(model_dir: Path | None) -> int | None:
-    try:
-        config = json.loads((model_dir / "config.json").read_text())  # type: ignore[operator]
-    except (OSError, TypeError, ValueError):
-        return None
-    for key in ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions"):
-        if isinstance(config.get(key), int):
-            return config[key]
-    return None
 
 
 class SGLangEngine:
@@ -110,11 +97,12 @@ class SGLangEngine:
         if self.tokenizer is not None:
             return
         ref = self._model_dir()
-        if not required and not Path(ref).is_dir() and not _in_hf_cache(ref):
+        local = local_model_dir(ref)
+        if not required and local is None:
             log.info("%s is not downloaded yet; SGLang will fetch it", ref)
             return
         self.tokenizer = load_tokenizer(ref, trust_remote_code=self.profile.model.trust_remote_code)
-        model_max = _context_length_of(Path(ref) if Path(ref).is_dir() else _hf_cache_dir(ref))
+        model_max = model_context_length(local or local_model_dir(ref))
         explicit = "context_length" in self.profile.model.model_fields_set
         if model_max and (not explicit or self.context_length > model_max):
             self.context_length = model_max
@@ -145,7 +133,7 @@ class SGLangEngine:
             await asyncio.shield(child.stop(grace_s=5.0))
             await http.close()
             raise
-        self._write_child_info(command.url, command.api_key, child.pid)
+        child.write_info(child_info_file(), self.log_path)
         self.state = EngineState.READY
         self.detail = ""
         log.info(
@@ -259,13 +247,6 @@ class SGLangEngine:
         return EngineHealth(
             self.state, self.kind, self.model_name, self.detail, running=len(self._flights)
         )
-
-    def _write_child_info(self, url: str, api_key: str, pid: int) -> None:
-        path = child_info_file()
-        paths.ensure_private_dir(path.parent)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
-            json.dump({"url": url, "api_key": api_key, "pid": pid, "log": str(self.log_path)}, f)
 
     # ----------------------------------------------------------------- tokenizer
     def tokenize(self, text: str) -> list[int] | None:
@@ -407,16 +388,3 @@ def _status_error(status: int, body: bytes) -> Exception:
     if status == 400:
         return RequestError(f"SGLang refused the request: {message}")
     return EngineError(f"SGLang answered HTTP {status}: {message}")
-
-
-def _hf_cache_dir(repo_id: str) -> Path | None:
-    try:
-        from huggingface_hub import try_to_load_from_cache
-    except ImportError:
-        return None
-    found = try_to_load_from_cache(repo_id, "config.json")
-    return Path(found).parent if isinstance(found, str) else None
-
-
-def _in_hf_cache(repo_id: str) -> bool:
-    return _hf_cache_dir(repo_id) is not None

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import signal
@@ -18,9 +19,10 @@ import time
 from collections import deque
 from pathlib import Path
 
+from ling_local import paths
 from ling_local.engines.sglang.command import LaunchCommand, child_environment
 
-__all__ = ["ChildProcess", "group_alive", "kill_group"]
+__all__ = ["ChildProcess", "child_info_file", "group_alive", "kill_group"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,12 @@ _EXEC_WITH_PARENT_DEATH_SIGNAL = (
     "    sys.exit(70)\n"
     "os.execv(sys.argv[2], sys.argv[2:])\n"
 )
+
+
+def child_info_file() -> Path:
+    """Where the running child's URL and key are kept (0600, like the daemon's token), for
+    the user's own debugging and for the overhead benchmark to reach SGLang directly."""
+    return paths.runtime_dir() / "sglang.json"
 
 
 def group_alive(pgid: int) -> bool:
@@ -92,6 +100,18 @@ class ChildProcess:
     @property
     def returncode(self) -> int | None:
         return None if self.process is None else self.process.poll()
+
+    def write_info(self, path: Path, log_path: Path) -> None:
+        paths.ensure_private_dir(path.parent)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        info = {
+            "url": self.command.url,
+            "api_key": self.command.api_key,
+            "pid": self.pid,
+            "log": str(log_path),
+        }
+        with os.fdopen(fd, "w") as f:
+            json.dump(info, f)
 
     def tail(self, lines: int = 20) -> list[str]:
         """The last lines of the child's log (for an error message)."""
