@@ -41,9 +41,9 @@ class LspSettings(_Model):
     to the user's typing speed within [debounce_min_ms, debounce_max_ms]."""
     debounce_min_ms: int = Field(default=40, ge=0, le=2000)
     debounce_max_ms: int = Field(default=150, ge=0, le=5000)
-    """Why 150 and not 350: on the tiny CPU model `bench complete` showed 2.6x as many
-    suggestions (207 vs 79), answers from the model at 238 ms p50 instead of 401 ms, and
-    about half the generated tokens never shown either way (README, Editor)."""
+    """Why 150 and not 350: on the tiny CPU model `bench complete` showed twice the
+    suggestions (432 vs 229), answers from the model at 198 ms p50 instead of 339 ms, and a
+    smaller share of generated tokens never shown (48 % vs 58 %): README, Editor."""
     max_lines: int = Field(default=8, ge=1, le=200)
     """Most lines a multi-line (block) suggestion may have."""
     first_lines_ms: int | None = Field(default=200, ge=0, le=10000)
