@@ -211,6 +211,43 @@ def bench_engine(
         typer.echo(json.dumps(numbers))
 
 
+@bench_app.command("complete")
+def bench_complete(
+    profile: ProfileOpt = "tiny",
+    session: Annotated[
+        str | None, typer.Option(help="Session JSON (default: the one shipped in bench/data)")
+    ] = None,
+    url: Annotated[
+        str | None, typer.Option(help="Use this running daemon (default: start a private one)")
+    ] = None,
+    speed: Annotated[float, typer.Option(help="Replay speed (1 = as recorded)")] = 1.0,
+    seconds: Annotated[
+        float | None, typer.Option(help="Replay only this many seconds of the session")
+    ] = None,
+    accept: Annotated[bool, typer.Option(help="Accept ghost text that matches")] = True,
+    settings: Annotated[
+        str | None,
+        typer.Option(help="Language-server settings as JSON, e.g. '{\"maxTokens\": 32}'"),
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print JSON instead of Markdown")
+    ] = False,
+) -> None:
+    """Replay a recorded editing session through `ling-local lsp`: ghost-text latency,
+    requests sent/cancelled/cached, tokens generated but never shown."""
+    import json
+
+    from ling_local.bench.complete import render_markdown, run_complete_bench
+    from ling_local.discovery import read_token
+
+    result = run_complete_bench(
+        profile=profile, session_file=session, url=url, token=read_token() if url else None,
+        speed=speed, accept=accept, limit_s=seconds,
+        settings=json.loads(settings) if settings else None,
+    )  # fmt: skip
+    typer.echo(json.dumps(result, indent=2) if json_out else render_markdown(result))
+
+
 def main() -> None:
     try:
         app()
