@@ -1,216 +1,126 @@
-"""Agent chains as the chain view sees them: an async iterator of typed events.
+"""The chains the TUI's chain view offers: `ling_local.agents` chains, fed the typed task.
 
-The view (``tui/screens/chains.py``) depends only on the event types and on `ChainRunner`
-below. `SerialChain` is a minimal runner that talks to the daemon through `AsyncClient`
-directly; when ``ling_local.agents`` (the scripting API) lands, a runner that wraps its chains
-and maps its events onto these types replaces it in `load_chain_file` and `BUILTIN_CHAINS`,
-and the view stays as it is.
+The view (``tui/screens/chains.py``) runs a scripting-API `Chain` as it is and draws the
+API's own events (``ling_local.agents.events``); the one thing this module adds is how the
+task typed in the view becomes the run's inputs (`ChainRunner.inputs_for`). Runs are the
+same durable runs ``ling-local chain run`` makes: they go to the run log, so
+``ling-local chain show RUN_ID`` works on them.
 
-Cancelling is closing the iterator (``aclosing``): the runner closes its stream, which
-cancels the generation in the daemon.
+Cancelling is leaving the run's ``events()`` loop (the view's worker is cancelled): the
+running step's HTTP stream is closed, which cancels the generation in the daemon.
 """
 
 from __future__ import annotations
 
-import re
-import runpy
-import time
-from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
+from ling_local.agents.chain import Chain
+from ling_local.agents.loader import load_chain
+from ling_local.agents.run import AsyncRun
+from ling_local.agents.steps import Prompt
 from ling_local.client import AsyncClient
-from ling_local.errors import ConfigError, LingLocalError
 
-__all__ = [
-    "BUILTIN_CHAINS",
-    "ChainError",
-    "ChainEvent",
-    "ChainFinished",
-    "ChainRunner",
-    "PromptStep",
-    "SerialChain",
-    "StepFinished",
-    "StepStarted",
-    "Token",
-    "load_chain_file",
-]
+__all__ = ["BUILTIN_CHAINS", "EXAMPLE_TASK", "TASK_INPUT", "ChainRunner", "load_chain_file"]
 
+TASK_INPUT = "task"
+"""The input the typed task fills, when the chain uses an input of that name."""
 
-# ----------------------------------------------------------------------------- events
-@dataclass(frozen=True, slots=True)
-class StepStarted:
-    index: int
-    name: str
-    prompt: str
-    """The prompt exactly as sent (earlier results already filled in)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Token:
-    index: int
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class StepFinished:
-    index: int
-    name: str
-    output: str
-    seconds: float
-    prompt_tokens: int
-    completion_tokens: int
-
-
-@dataclass(frozen=True, slots=True)
-class ChainError:
-    index: int | None
-    """The step that failed, or None when the chain failed before any step."""
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class ChainFinished:
-    outputs: dict[str, str]
-    """Each step's result by step name, in order."""
-    seconds: float
-
-
-ChainEvent = StepStarted | Token | StepFinished | ChainError | ChainFinished
-
-
-@runtime_checkable
-class ChainRunner(Protocol):
-    """Anything the chain view can run."""
-
-    name: str
-    description: str
-
-    def events(self, client: AsyncClient, task: str) -> AsyncIterator[ChainEvent]:
-        """Run the chain on `task`; closing the iterator early must cancel the work."""
-        ...
-
-
-# ----------------------------------------------------------------------------- serial runner
-_PLACEHOLDER = re.compile(r"\{(\w+)\}")
-
-
-@dataclass(frozen=True, slots=True)
-class PromptStep:
-    name: str
-    template: str
-    """``{task}`` and ``{<earlier step name>}`` are filled in; other braces stay as they are."""
-    max_tokens: int | None = None
-    """This step's limit (default: the chain's)."""
-
-
-@dataclass(slots=True)
-class SerialChain:
-    """Steps run one after another; each step's prompt may use every earlier result."""
-
-    name: str
-    steps: list[PromptStep]
-    description: str = ""
-    max_tokens: int = 256
-    temperature: float = 0.2
-    options: dict[str, Any] = field(default_factory=dict)
-    """Extra request fields for every step (e.g. ``seed``, ``ignore_eos``)."""
-
-    def __post_init__(self) -> None:
-        if not self.steps:
-            raise ConfigError(f"chain {self.name!r} has no steps")
-        names = [s.name for s in self.steps]
-        if len(set(names)) != len(names) or "task" in names:
-            raise ConfigError(f"chain {self.name!r}: step names must be unique and not 'task'")
-
-    async def events(self, client: AsyncClient, task: str) -> AsyncIterator[ChainEvent]:
-        started = time.perf_counter()
-        outputs: dict[str, str] = {}
-        for index, step in enumerate(self.steps):
-            prompt = fill(step.template, {"task": task, **outputs})
-            yield StepStarted(index, step.name, prompt)
-            step_started = time.perf_counter()
-            try:
-                stream = await client.stream_chat(
-                    [{"role": "user", "content": prompt}],
-                    max_tokens=step.max_tokens or self.max_tokens,
-                    temperature=self.temperature,
-                    priority="agent",
-                    **self.options,
-                )
-                try:
-                    async for chunk in stream:
-                        if chunk.text:
-                            yield Token(index, chunk.text)
-                finally:
-                    await stream.aclose()
-            except LingLocalError as err:
-                yield ChainError(index, err.message)
-                return
-            outputs[step.name] = stream.text
-            yield StepFinished(
-                index,
-                step.name,
-                stream.text,
-                time.perf_counter() - step_started,
-                stream.usage.prompt_tokens,
-                stream.usage.completion_tokens,
-            )
-        yield ChainFinished(outputs, time.perf_counter() - started)
-
-
-def fill(template: str, values: Mapping[str, str]) -> str:
-    return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), template)
-
-
-# ----------------------------------------------------------------------------- built-ins
-BUILTIN_CHAINS: dict[str, SerialChain] = {
-    "plan-and-code": SerialChain(
-        "plan-and-code",
-        [
-            PromptStep("plan", "Write a short numbered plan (at most 5 steps) for: {task}"),
-            PromptStep(
-                "code",
-                "Task: {task}\n\nPlan:\n{plan}\n\nWrite the Python code that follows the plan.",
-            ),
-        ],
-        description="Two steps: plan the task, then write code that follows the plan.",
-    ),
-    "code-review-fix": SerialChain(
-        "code-review-fix",
-        [
-            PromptStep("code", "Write Python code for: {task}"),
-            PromptStep("review", "Review this code for bugs, briefly:\n\n{code}"),
-            PromptStep("fix", "Code:\n{code}\n\nReview:\n{review}\n\nWrite the corrected code."),
-        ],
-        description="Three steps: write code, review it, fix what the review found.",
-    ),
-}
 EXAMPLE_TASK = "a function that tells whether a string is a palindrome"
 
 
-def load_chain_file(path: str | Path) -> ChainRunner:
-    """Load a chain from a Python file that defines ``chain``.
+@dataclass(slots=True)
+class ChainRunner:
+    """A chain the view can run, with the default inputs its file gave."""
 
-    ``chain`` may be any `ChainRunner` (e.g. a `SerialChain`) or a list of ``(name,
-    template)`` pairs. The file runs as a script, like ``ling-local chain run FILE`` will.
-    """
-    file = Path(path).expanduser()
-    if not file.is_file():
-        raise ConfigError(f"chain file not found: {file}")
-    try:
-        namespace = runpy.run_path(str(file), run_name="__chain__")
-    except Exception as err:  # the user's script: report it, do not crash the TUI
-        raise ConfigError(f"{file} failed to load: {type(err).__name__}: {err}") from None
-    chain = namespace.get("chain")
-    if isinstance(chain, ChainRunner):
-        return chain
-    if isinstance(chain, list | tuple) and all(
-        isinstance(s, list | tuple) and len(s) == 2 for s in chain
-    ):
-        steps = [PromptStep(str(n), str(t)) for n, t in chain]
-        return SerialChain(file.stem, steps, description=f"from {file}")
-    raise ConfigError(
-        f"{file} must define `chain`: a chain object or a list of (name, template) pairs"
+    chain: Chain
+    defaults: dict[str, Any] = field(default_factory=dict)
+    """The chain file's ``inputs = {...}``."""
+
+    @property
+    def name(self) -> str:
+        return self.chain.name
+
+    @property
+    def task_input(self) -> str | None:
+        """Where the typed task goes: the input ``task`` if the chain uses it, else the only
+        input the chain needs that has no default; None when neither exists."""
+        needed = self.chain.inputs
+        if TASK_INPUT in needed:
+            return TASK_INPUT
+        open_inputs = sorted(needed - set(self.defaults))
+        return open_inputs[0] if len(open_inputs) == 1 else None
+
+    @property
+    def description(self) -> str:
+        text = self.chain.description or f"{len(self.chain.steps)} steps"
+        target = self.task_input
+        if target is None:
+            return f"{text} (takes no task: its inputs come from the file)"
+        return text if target == TASK_INPUT else f"{text} (the task is the input {target!r})"
+
+    def inputs_for(self, task: str) -> dict[str, Any]:
+        """The run's inputs: the file's defaults, and the typed task (when there is one)."""
+        inputs = dict(self.defaults)
+        target = self.task_input
+        if target is not None and (task or target not in inputs):
+            inputs[target] = task or EXAMPLE_TASK
+        return inputs
+
+    def start(self, client: AsyncClient, task: str, **options: Any) -> AsyncRun:
+        """A new run on `client` (it starts when its events are iterated). Raises
+        ChainDefinitionError when an input is missing. `options` go to `Chain.astart`
+        (``run_log=``, ``run_id=``)."""
+        return self.chain.astart(self.inputs_for(task), client=client, **options)
+
+
+def load_chain_file(path: str | Path) -> ChainRunner:
+    """A chain file as ``ling-local chain run`` loads it: it defines ``chain = Chain(...)``
+    and optionally ``inputs = {...}``. Raises ChainDefinitionError with the reason."""
+    chain, defaults = load_chain(path)
+    return ChainRunner(chain, defaults)
+
+
+# ----------------------------------------------------------------------------- built-ins
+def _builtin(name: str, description: str, steps: list[Prompt]) -> ChainRunner:
+    return ChainRunner(Chain(name, steps, description=description))
+
+
+BUILTIN_CHAINS: dict[str, ChainRunner] = {
+    runner.name: runner
+    for runner in (
+        _builtin(
+            "plan-and-code",
+            "Two steps: plan the task, then write code that follows the plan.",
+            [
+                Prompt(
+                    "plan",
+                    "Write a short numbered plan (at most 5 steps) for: {{ task }}",
+                    temperature=0.2,
+                ),
+                Prompt(
+                    "code",
+                    "Task: {{ task }}\n\nPlan:\n{{ plan }}\n\n"
+                    "Write the Python code that follows the plan.",
+                    temperature=0.2,
+                ),
+            ],
+        ),
+        _builtin(
+            "code-review-fix",
+            "Three steps: write code, review it, fix what the review found.",
+            [
+                Prompt("code", "Write Python code for: {{ task }}", temperature=0.2),
+                Prompt(
+                    "review", "Review this code for bugs, briefly:\n\n{{ code }}", temperature=0.2
+                ),
+                Prompt(
+                    "fix",
+                    "Code:\n{{ code }}\n\nReview:\n{{ review }}\n\nWrite the corrected code.",
+                    temperature=0.2,
+                ),
+            ],
+        ),
     )
+}

@@ -35,9 +35,8 @@ class ReplyStats:
 
     @classmethod
     def from_stream(cls, stream: AsyncStream, meter: LiveMeter) -> ReplyStats:
-        """Client-side times come from `meter`: it starts before the request is sent
-        (``stream.first_chunk_s`` starts only once the response headers are in) and ends at
-        the last chunk, so drawing the reply is not counted as the model's time."""
+        """Client-side times come from `meter`: it starts before the request is sent and
+        ends at the last chunk, so drawing the reply is not counted as the model's time."""
         now = meter.last or time.perf_counter()
         seconds = now - meter.started
         tokens = stream.usage.completion_tokens

@@ -88,14 +88,25 @@ async def test_command_palette_offers_the_chat_actions(store_path: Path) -> None
             assert title in titles
 
 
+# What the TUI may use of ling_local: the client side only (the scripting API included).
+TUI_MAY_IMPORT = ("client", "config", "errors", "paths", "logs", "discovery", "agents")
+
+
 def test_the_tui_never_imports_an_engine() -> None:
     code = (
         "import sys, tui.app, tui.chains, tui.screens.chains\n"
         "bad = [m for m in sys.modules if m.startswith(('ling_local.engines', 'torch',"
         " 'transformers', 'ling_local.server', 'ling_local.scheduler'))]\n"
         "assert not bad, bad\n"
+        "print(' '.join(m for m in sys.modules if m.startswith('ling_local.')))\n"
     )
-    subprocess.run([sys.executable, "-c", code], check=True, cwd=REPO)
+    out = subprocess.run(
+        [sys.executable, "-c", code], check=True, cwd=REPO, capture_output=True, text=True
+    )
+    loaded = out.stdout.split()
+    assert "ling_local.agents.chain" in loaded
+    outside = [m for m in loaded if m.split(".")[1] not in TUI_MAY_IMPORT]
+    assert not outside, outside
 
 
 def test_public_names_exist() -> None:

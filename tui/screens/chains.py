@@ -1,7 +1,8 @@
-"""Ctrl+G: run an agent chain (built-in or a Python file) and watch every step as it runs.
+"""Ctrl+G: run an agent chain (built-in or a chain file) and watch every step as it runs.
 
-The screen consumes any `ChainRunner`'s event iterator; Esc closes it, which cancels the
-step's generation in the daemon, and marks the step cancelled.
+The screen draws a `ling_local.agents` run from its events alone. Esc cancels the worker
+that iterates them, which closes the running step's stream (the daemon stops generating)
+and marks the step cancelled; the run stays in the run log under the id shown.
 """
 
 from __future__ import annotations
@@ -18,18 +19,20 @@ from textual.content import Content
 from textual.screen import Screen
 from textual.widgets import Button, Footer, Header, Input, Label, Select, Static
 
-from ling_local.errors import ConfigError
-from tui.chains import (
-    EXAMPLE_TASK,
+from ling_local.agents.events import (
     ChainError,
-    ChainEvent,
     ChainFinished,
-    ChainRunner,
+    Event,
+    RunStarted,
     StepFinished,
+    StepRetry,
+    StepSkipped,
     StepStarted,
     Token,
-    load_chain_file,
 )
+from ling_local.agents.run import AsyncRun
+from ling_local.errors import ChainDefinitionError, LingLocalError
+from tui.chains import EXAMPLE_TASK, TASK_INPUT, ChainRunner, load_chain_file
 from tui.widgets.chain_step import StepPanel
 from tui.widgets.status_bar import StatusBar
 
@@ -39,11 +42,12 @@ FROM_FILE = "__file__"
 HINT = (
     "Pick a chain, give it a task and press Ctrl+R. Each step appears here as it runs: the\n"
     "prompt it was given (earlier results filled in), its output as it streams, its time\n"
-    "and token counts. Esc stops the chain at any step (and goes back when nothing runs).\n\n"
-    "A chain file is a Python file that defines `chain`, e.g.\n\n"
-    "    from tui.chains import PromptStep, SerialChain\n"
-    '    chain = SerialChain("review", [PromptStep("draft", "Write {task}"),\n'
-    '                                   PromptStep("review", "Review:\\n{draft}")])'
+    "and token counts. Esc stops the chain at any step (and goes back when nothing runs).\n"
+    "Every run is saved: `ling-local chain show RUN_ID` prints it later.\n\n"
+    f"A chain file defines `chain`; the task fills its input `{TASK_INPUT}`, e.g.\n\n"
+    "    from ling_local.agents import Chain, Prompt\n"
+    '    chain = Chain("review", [Prompt("draft", "Write {{ task }}"),\n'
+    '                             Prompt("review", "Review:\\n{{ draft }}")])'
 )
 
 
@@ -59,6 +63,8 @@ class ChainScreen(Screen[None]):
         self.file = file
         self.panels: dict[int, StepPanel] = {}
         self.running = False
+        self.current_run: AsyncRun | None = None
+        """The latest run (its id stays on screen after it ends)."""
 
     def compose(self) -> ComposeResult:
         options = [(name, name) for name in self.chains] + [("Python file…", FROM_FILE)]
@@ -93,7 +99,11 @@ class ChainScreen(Screen[None]):
         choice = self.query_one("#chain-choice", Select).value
         self.query_one("#chain-file", Input).display = choice == FROM_FILE
         runner = self.chains.get(str(choice))
-        text = runner.description if runner else "A Python file that defines `chain`."
+        text = (
+            runner.description
+            if runner
+            else f"A Python file that defines `chain = Chain(...)`; the task fills `{TASK_INPUT}`."
+        )
         self.query_one("#chain-description", Label).update(Content(text))
 
     def _runner(self) -> ChainRunner:
@@ -101,12 +111,14 @@ class ChainScreen(Screen[None]):
         if choice == FROM_FILE:
             path = self.query_one("#chain-file", Input).value.strip()
             if not path:
-                raise ConfigError("give the path of a chain file")
+                raise ChainDefinitionError("give the path of a chain file")
             return load_chain_file(path)
         return self.chains[choice]
 
     def _result(self, text: str, state: str) -> None:
         label = self.query_one("#chain-result", Label)
+        if self.current_run is not None:
+            text = f"{text} · run {self.current_run.run_id}"
         label.update(Content(text))
         label.set_classes(f"-{state}")
 
@@ -117,30 +129,34 @@ class ChainScreen(Screen[None]):
         if self.running:
             self.notify("The chain is running; Esc stops it.", severity="warning")
             return
+        self.current_run = None
         try:
             runner = self._runner()
-        except ConfigError as err:
+            task = self.query_one("#chain-task", Input).value.strip()
+            self.current_run = runner.start(self.app.link.client, task)
+        except LingLocalError as err:  # a bad chain file, a missing input
             self._result(err.message, "failed")
             return
-        task = self.query_one("#chain-task", Input).value.strip() or EXAMPLE_TASK
         self.query_one("#steps", VerticalScroll).remove_children()
         self.panels = {}
         self._result(f"running {runner.name}…", "running")
         self.running = True
-        self._run(runner, task)
+        self._run(self.current_run)
 
     @work(exclusive=True, group="chain")
-    async def _run(self, runner: ChainRunner, task: str) -> None:
+    async def _run(self, run: AsyncRun) -> None:
         timer = self.set_interval(0.2, self._tick)
         try:
-            async with aclosing(runner.events(self.app.link.client, task)) as events:
+            async with aclosing(run.events()) as events:
                 async for event in events:
                     await self._apply(event)
         except asyncio.CancelledError:
+            where = f"after step {len(self.panels)}" if self.panels else "before any step"
             for panel in self.panels.values():
                 if panel.state == "running":
                     await panel.end("cancelled", "cancelled")
-                    self._result(f"cancelled at step {panel.index + 1}", "cancelled")
+                    where = f"at step {panel.index + 1}"
+            self._result(f"cancelled {where}", "cancelled")
             self.query_one(StatusBar).show_numbers("chain cancelled")
             raise
         finally:
@@ -154,23 +170,29 @@ class ChainScreen(Screen[None]):
         if self.running:
             self.query_one(StatusBar).show_numbers(f"chain: {total} characters so far")
 
-    async def _apply(self, event: ChainEvent) -> None:
+    async def _apply(self, event: Event) -> None:
         steps = self.query_one("#steps", VerticalScroll)
         match event:
-            case StepStarted(index, name, prompt):
-                panel = StepPanel(index, name, prompt)
+            case RunStarted(chain=name):
+                self._result(f"running {name}…", "running")
+            case StepStarted(index, name, prompt, kind):
+                panel = StepPanel(index, name, prompt, kind)
                 self.panels[index] = panel
                 await steps.mount(panel)
                 steps.anchor()
             case Token(index, text):
                 await self.panels[index].write(text)
+            case StepRetry(index, attempt=attempt, reason=reason):
+                await self.panels[index].retry(attempt, reason)
             case StepFinished(index=index):
                 await self.panels[index].finish(event)
+            case StepSkipped():
+                pass  # only a resumed run skips steps, and the view never resumes one
             case ChainError(index, message):
-                if index is not None and index in self.panels:
+                if index in self.panels:
                     await self.panels[index].end("failed", "failed")
                 self._result(f"failed: {message}", "failed")
-            case ChainFinished(outputs, seconds):
+            case ChainFinished(outputs=outputs, seconds=seconds):
                 self._result(f"finished: {len(outputs)} steps in {seconds:.2f} s", "finished")
                 self.query_one(StatusBar).show_numbers(f"chain finished in {seconds:.2f} s")
 
