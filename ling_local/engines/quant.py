@@ -50,6 +50,8 @@ def linear(
 ) -> torch.Tensor:
     """F.linear for float weights, the int8 kernel for quantized ones. x: [T, in]."""
     if not isinstance(weight, Int8Weight):
+        if weight.dtype != x.dtype:  # a float weight kept in a narrower type
+            return F.linear(x.to(weight.dtype), weight, bias).to(x.dtype)
         return F.linear(x, weight, bias)
     y = torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16), weight.q, weight.scales)
     y = y.to(x.dtype)
