@@ -124,11 +124,48 @@ def lsp(
 
 
 @app.command()
-def tui() -> None:
-    """The chat TUI."""
+def tui(
+    chain: Annotated[
+        str | None,
+        typer.Option(help="Open the agent-chain view with this chain file (defines `chain`)."),
+    ] = None,
+) -> None:
+    """The chat TUI: conversations with the local model, and agent chains step by step."""
     from tui.app import main as tui_main
 
-    tui_main()
+    tui_main(chain_file=chain)
+
+
+@bench_app.command("quality")
+def bench_quality(
+    limit: Annotated[int, typer.Option(help="held-out examples of each kind")] = 100,
+    device: str = "cpu",
+    profile: Annotated[
+        str, typer.Option(help="profile whose prompt format the daemon-path row uses ('' to skip)")
+    ] = "tiny",
+    mode: Annotated[str, typer.Option(help="psm | spm for the raw-model rows")] = "spm",
+    token_healing: Annotated[bool, typer.Option(help="heal in the raw-model rows")] = False,
+    model_dir: str | None = None,
+    draft_dir: str | None = None,
+    accept_limit: int = 20,
+    json_out: str | None = None,
+) -> None:
+    """FIM quality of the tiny model on held-out stdlib files vs two baselines."""
+    from ling_local.bench.quality import run_quality
+
+    run_quality(
+        model_dir,
+        limit,
+        device,
+        json_out,
+        draft_dir,
+        mode,
+        16,
+        None,
+        accept_limit,
+        token_healing,
+        profile=profile or None,
+    )
 
 
 @bench_app.command("engine")
@@ -173,6 +210,43 @@ def bench_engine(
     if reuse and model:
         numbers = reuse_latency(__import__("pathlib").Path(model), device)
         typer.echo(json.dumps(numbers))
+
+
+@bench_app.command("complete")
+def bench_complete(
+    profile: ProfileOpt = "tiny",
+    session: Annotated[
+        str | None, typer.Option(help="Session JSON (default: the one shipped in bench/data)")
+    ] = None,
+    url: Annotated[
+        str | None, typer.Option(help="Use this running daemon (default: start a private one)")
+    ] = None,
+    speed: Annotated[float, typer.Option(help="Replay speed (1 = as recorded)")] = 1.0,
+    seconds: Annotated[
+        float | None, typer.Option(help="Replay only this many seconds of the session")
+    ] = None,
+    accept: Annotated[bool, typer.Option(help="Accept ghost text that matches")] = True,
+    settings: Annotated[
+        str | None,
+        typer.Option(help="Language-server settings as JSON, e.g. '{\"maxTokens\": 32}'"),
+    ] = None,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print JSON instead of Markdown")
+    ] = False,
+) -> None:
+    """Replay a recorded editing session through `ling-local lsp`: ghost-text latency,
+    requests sent/cancelled/cached, tokens generated but never shown."""
+    import json
+
+    from ling_local.bench.complete import render_markdown, run_complete_bench
+    from ling_local.discovery import read_token
+
+    result = run_complete_bench(
+        profile=profile, session_file=session, url=url, token=read_token() if url else None,
+        speed=speed, accept=accept, limit_s=seconds,
+        settings=json.loads(settings) if settings else None,
+    )  # fmt: skip
+    typer.echo(json.dumps(result, indent=2) if json_out else render_markdown(result))
 
 
 bench_app.command("serve")(bench_serve)

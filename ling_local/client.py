@@ -190,7 +190,7 @@ def _body(
 class _StreamState:
     """Parses SSE lines of one streamed response (shared by sync and async streams)."""
 
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, started: float) -> None:
         self.kind = kind
         self.parts: list[str] = []
         self.finish_reason: str | None = None
@@ -198,9 +198,11 @@ class _StreamState:
         self.timings: Timings | None = None
         self.id = ""
         self.done = False
-        self.started = time.perf_counter()
+        self.started = started
+        """`time.perf_counter()` just before the request was sent."""
         self.first_chunk_s: float | None = None
-        """Client-side time to the first text chunk."""
+        """Client-side time to the first text chunk, from before the request was sent (so
+        it covers what the user waits for: connecting, queueing and prefill)."""
 
     def parse(self, line: str) -> Chunk | None:
         if not line.startswith("data:"):
@@ -286,9 +288,9 @@ class Stream:
     """Iterator of `Chunk`s. After it ends: `.text`, `.finish_reason`, `.usage`, `.timings`.
     `close()` (or leaving the `with` block) before the end cancels the generation."""
 
-    def __init__(self, response: httpx.Response, kind: str, url: str) -> None:
+    def __init__(self, response: httpx.Response, kind: str, url: str, started: float) -> None:
         self._response = response
-        self._state = _StreamState(kind)
+        self._state = _StreamState(kind, started)
         self._lines = response.iter_lines()
         self._url = url
 
@@ -365,6 +367,7 @@ class Client:
 
     def _stream(self, path: str, body: dict, kind: str) -> Stream:
         request = self._http.build_request("POST", path, json=body)
+        started = time.perf_counter()
         try:
             response = self._http.send(request, stream=True)
         except httpx.TransportError as err:
@@ -373,7 +376,7 @@ class Client:
             content = response.read()
             response.close()
             raise _error_from_response(response.status_code, content)
-        return Stream(response, kind, self.base_url)
+        return Stream(response, kind, self.base_url, started)
 
     # --------------------------------------------------------------- API
     def health(self) -> Health:
@@ -438,9 +441,9 @@ class Client:
 class AsyncStream:
     """Async iterator of `Chunk`s; `await aclose()` early cancels the generation."""
 
-    def __init__(self, response: httpx.Response, kind: str, url: str) -> None:
+    def __init__(self, response: httpx.Response, kind: str, url: str, started: float) -> None:
         self._response = response
-        self._state = _StreamState(kind)
+        self._state = _StreamState(kind, started)
         self._lines = response.aiter_lines()
         self._url = url
 
@@ -517,6 +520,7 @@ class AsyncClient:
 
     async def _stream(self, path: str, body: dict, kind: str) -> AsyncStream:
         request = self._http.build_request("POST", path, json=body)
+        started = time.perf_counter()
         try:
             response = await self._http.send(request, stream=True)
         except httpx.TransportError as err:
@@ -525,7 +529,7 @@ class AsyncClient:
             content = await response.aread()
             await response.aclose()
             raise _error_from_response(response.status_code, content)
-        return AsyncStream(response, kind, self.base_url)
+        return AsyncStream(response, kind, self.base_url, started)
 
     async def health(self) -> Health:
         return _health((await self._request("GET", "/health")).json())

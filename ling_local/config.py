@@ -19,6 +19,8 @@ from ling_local import paths
 from ling_local.errors import ConfigError
 
 __all__ = [
+    "MANAGED_SGLANG_FLAGS",
+    "SAFE_GPU_ENV",
     "EngineSettings",
     "LimitSettings",
     "ModelSettings",
@@ -56,6 +58,8 @@ class EngineSettings(_Section):
     """Capture the decode step in a CUDA graph when running on a GPU."""
     compile: bool = False
     """torch.compile the graph-captured step (fuses small ops; costs start-up time)."""
+    quantize: Literal["none", "int8"] = "none"
+    """Weight-only int8 matmuls on the CPU (4x fewer bytes per token; slightly less exact)."""
     warmup: bool = True
     """Run one short generation at start so the first user request is not the slow one."""
 
@@ -108,6 +112,11 @@ class PromptSettings(_Section):
     """Text that ends a generation besides the tokenizer's EOS token."""
     chat_template: Literal["model", "chatml", "plain"] = "model"
     """``model`` uses the tokenizer's own chat template, falling back to ``plain``."""
+    token_healing: bool = False
+    """Fill-in-the-middle: drop the prefix's last token and let the model re-create it
+    (the cursor rarely falls on a token boundary); embedded engine only."""
+    ban_fim_tokens: bool = True
+    """Never generate the FIM control tokens (a small model sometimes emits them)."""
     prefix_tokens: int = Field(default=1024, ge=16)
     """Editor completion: budget for text before the cursor (incl. context snippets)."""
     suffix_tokens: int = Field(default=256, ge=0)
@@ -135,24 +144,110 @@ class LimitSettings(_Section):
     """Most stop strings a request may give."""
 
 
+#: Environment the lent multi-GPU machines (and any shared GPU host) need: NVLink multicast
+#: can take a host's GPUs out of service, so it stays off unless a profile says otherwise.
+SAFE_GPU_ENV: dict[str, str] = {
+    "NCCL_NVLS_ENABLE": "0",
+    "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+    "NVSHMEM_DISABLE_NVLS": "1",
+}
+
+#: launch_server flags the daemon owns: it picks the address, the key and the model itself.
+MANAGED_SGLANG_FLAGS = frozenset(
+    {"--host", "--port", "--api-key", "--model-path", "--model", "--tokenizer-path"}
+)
+
+#: Flags that have their own field, so they cannot also appear in ``sglang.args``.
+_FIELD_FLAGS = {
+    "--tp-size": "tp_size",
+    "--tensor-parallel-size": "tp_size",
+    "--tp": "tp_size",
+    "--ep-size": "ep_size",
+    "--expert-parallel-size": "ep_size",
+    "--ep": "ep_size",
+    "--mem-fraction-static": "mem_fraction_static",
+    "--speculative-algorithm": "speculative_algorithm",
+    "--speculative-draft-model-path": "model.draft_path",
+    "--speculative-draft-model": "model.draft_path",
+    "--trust-remote-code": "model.trust_remote_code",
+}
+
+_FORBIDDEN_FLAGS = {
+    "--enable-custom-logit-processor": "it lets any request run code in the server",
+}
+
+
 class SGLangSettings(_Section):
     python: str | None = None
     """Interpreter that runs ``-m sglang.launch_server`` (default: the daemon's own)."""
+    tp_size: int = Field(default=1, ge=1, le=64)
+    """Tensor-parallel GPUs (``--tp-size``); the doctor checks that many GPUs are present."""
+    ep_size: int | None = Field(default=None, ge=1, le=64)
+    """Expert-parallel size (``--ep-size``); the FP8 Ling checkpoint needs it equal to tp."""
+    mem_fraction_static: float | None = Field(default=None, gt=0.0, lt=1.0)
+    """Share of GPU memory SGLang takes for weights + KV cache (``--mem-fraction-static``)."""
+    speculative_algorithm: str | None = None
+    """``DSPARK``, ``NEXTN``, ``EAGLE`` ... (``--speculative-algorithm``); the draft is
+    ``model.draft_path``."""
     args: list[str] = Field(default_factory=list)
-    """Extra launch_server flags, verbatim."""
+    """Further launch_server flags, verbatim (checked against SGLang's own parser by the
+    flag-check test)."""
     env: dict[str, str] = Field(default_factory=dict)
-    """Extra environment for the child process."""
-    tp_size: int = Field(default=1, ge=1)
+    """Extra environment for the child process (e.g. ``SGLANG_RAGGED_VERIFY_MODE``)."""
+    allow_nvlink_multicast: bool = False
+    """Leave NVLink multicast to NCCL/PyTorch/NVSHMEM defaults. Off by default: the child
+    always gets ``NCCL_NVLS_ENABLE=0``, ``TORCH_SYMM_MEM_DISABLE_MULTICAST=1`` and
+    ``NVSHMEM_DISABLE_NVLS=1``, and ``env`` may not change them unless this is true."""
     startup_timeout_s: float = Field(default=900.0, gt=0)
+    """Longest wait for the server to answer /health (weights load + CUDA graph capture)."""
+    max_restarts: int = Field(default=5, ge=0)
+    """Crashes tolerated within ``restart_window_s`` before the engine is marked failed."""
+    restart_window_s: float = Field(default=600.0, gt=0)
+    restart_backoff_s: float = Field(default=2.0, ge=0)
+    """First wait before a restart; doubles with each crash in the window (capped at 60 s)."""
+
+    @field_validator("args")
+    @classmethod
+    def _args(cls, value: list[str]) -> list[str]:
+        for arg in value:
+            flag = arg.split("=", 1)[0]
+            if flag in MANAGED_SGLANG_FLAGS:
+                raise ValueError(f"{flag} is set by the daemon (it owns the address, key, model)")
+            if flag in _FIELD_FLAGS:
+                raise ValueError(f"{flag} has its own setting: use {_FIELD_FLAGS[flag]} instead")
+            if flag in _FORBIDDEN_FLAGS:
+                raise ValueError(f"{flag} is refused: {_FORBIDDEN_FLAGS[flag]}")
+        return value
+
+    @model_validator(mode="after")
+    def _safe_env(self) -> SGLangSettings:
+        if not self.allow_nvlink_multicast:
+            for name, safe in SAFE_GPU_ENV.items():
+                if name in self.env and self.env[name] != safe:
+                    raise ValueError(
+                        f"env.{name}={self.env[name]} turns NVLink multicast on; "
+                        "set allow_nvlink_multicast = true if you really mean it"
+                    )
+        return self
 
 
 class RemoteSettings(_Section):
     base_url: str = "http://127.0.0.1:11434/v1"
-    """OpenAI-compatible base URL of a server the user already runs."""
+    """OpenAI-compatible base URL of a server the user already runs (ending in ``/v1``)."""
     api_key_env: str | None = None
-    """Environment variable holding that server's API key."""
+    """Environment variable holding that server's API key (never the key itself)."""
     model: str | None = None
-    """Model id to ask the remote server for (default: its first model)."""
+    """Model id to ask the remote server for (default: its first model). The daemon sends
+    it text (prompts, or chat messages for the server's own template) and lets it count."""
+    fim: Literal["auto", "tokens", "suffix"] = "auto"
+    """Fill-in-the-middle: ``tokens`` sends one prompt built with the profile's FIM tokens,
+    ``suffix`` passes OpenAI's ``suffix`` field on; ``auto`` uses tokens when the profile's
+    prompt section names them explicitly."""
+    timeout_s: float = Field(default=600.0, gt=0)
+    """Longest a single remote request may take."""
+    connect_timeout_s: float = Field(default=5.0, gt=0)
+    health_interval_s: float = Field(default=10.0, gt=0)
+    """How often ``/v1/models`` is polled to tell whether the server is up."""
 
 
 class Profile(BaseSettings):

@@ -129,12 +129,13 @@ def collect_checks(profile: str) -> list[Check]:
 
 def run_doctor(profile: str) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     checks = collect_checks(profile)
     table = Table("check", "", "detail")
     marks = {True: "[green]ok[/]", False: "[red]FAIL[/]", None: "[dim]-[/]"}
     for c in checks:
-        table.add_row(c.name, marks[c.ok], c.detail)
+        table.add_row(c.name, marks[c.ok], escape(c.detail))
     Console().print(table)
     return 1 if any(c.ok is False for c in checks) else 0

@@ -26,11 +26,18 @@ class BuiltPrompt:
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     extra: dict = field(default_factory=dict)
+    first_token_ids: list[int] | None = None
+    """Token healing: what the first generated token may be."""
+    heal_text: str = ""
+    """Token healing: the prompt text the first token re-creates (cut from the output)."""
 
 
 class PromptBuilder:
-    def __init__(self, settings: PromptSettings, tokenizer: TextTokenizer | None) -> None:
+    def __init__(
+        self, settings: PromptSettings, tokenizer: TextTokenizer | None, *, heal: bool = False
+    ) -> None:
         self.settings = settings
+        self.heal = heal and settings.token_healing
         self.tokenizer = tokenizer
         self._bos: list[int] = []
         self._fim: tuple[int, int, int] | None = None
@@ -76,6 +83,26 @@ class PromptBuilder:
             )
         return self.fim(prompt, suffix)
 
+    def banned_token_ids(self) -> tuple[int, ...]:
+        """The FIM control tokens a generation should never emit (none that stop it)."""
+        if self.tokenizer is None or not self.settings.ban_fim_tokens:
+            return ()
+        names = (*self._fim_tokens, self.settings.fim_prefix.replace("prefix", "pad"))
+        ids = {self.tokenizer.token_id(n) for n in names} - {None} - set(self.stop_token_ids)
+        return tuple(sorted(ids))  # type: ignore[arg-type]
+
+    def _heal(self, prefix_ids: list[int]) -> tuple[list[int], list[int] | None, str]:
+        """Drop the prefix's last token when other tokens start with its text."""
+        if not (self.heal and prefix_ids and self.tokenizer is not None):
+            return prefix_ids, None, ""
+        dropped = self.tokenizer.decode(prefix_ids[-1:], skip_special_tokens=False)
+        if not dropped or "\ufffd" in dropped:
+            return prefix_ids, None, ""
+        allowed = self.tokenizer.tokens_starting_with(dropped)
+        if len(allowed) <= 1:
+            return prefix_ids, None, ""
+        return prefix_ids[:-1], allowed, dropped
+
     def fim(self, prefix: str, suffix: str) -> BuiltPrompt:
         pre, suf, mid = self._fim_tokens
         spm = self.settings.fim_format == "spm"
@@ -90,11 +117,17 @@ class PromptBuilder:
             )
         p, s, m = self._fim
         enc = self.tokenizer.encode
-        if spm:
-            ids = [p, s, *enc(suffix), m, *enc(prefix)]
-        else:
-            ids = [p, *enc(prefix), s, *enc(suffix), m]
-        return BuiltPrompt(text, self._bos + ids, self.stop, self.stop_token_ids)
+        prefix_ids, first, heal_text = self._heal(enc(prefix))
+        suffix_ids = enc(suffix)
+        ids = [p, s, *suffix_ids, m, *prefix_ids] if spm else [p, *prefix_ids, s, *suffix_ids, m]
+        return BuiltPrompt(
+            text,
+            self._bos + ids,
+            self.stop,
+            self.stop_token_ids,
+            first_token_ids=first,
+            heal_text=heal_text,
+        )
 
     def chat(self, messages: list[dict[str, str]]) -> BuiltPrompt:
         style = self.settings.chat_template

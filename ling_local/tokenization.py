@@ -3,6 +3,7 @@ reading special tokens out of it, and look up the special tokens a prompt format
 
 from __future__ import annotations
 
+import bisect
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ class TextTokenizer:
             hf_tokenizer, "backend_tokenizer", None
         )
         self.eos_token_ids: tuple[int, ...] = self._eos_ids()
+        self._by_text: tuple[list[str], list[int]] | None = None
 
     def _eos_ids(self) -> tuple[int, ...]:
         ids = []
@@ -64,6 +66,22 @@ class TextTokenizer:
             return added[token]
         ids = self.encode_with_specials(token)
         return ids[0] if len(ids) == 1 else None
+
+    def tokens_starting_with(self, text: str) -> list[int]:
+        """Ordinary tokens whose text starts with `text` (token healing)."""
+        if self._by_text is None:
+            specials = set(self.hf.get_added_vocab().values())
+            pairs = []
+            for i in range(self.vocab_size):
+                piece = self.decode([i], skip_special_tokens=False)
+                if i not in specials and piece and "\ufffd" not in piece:
+                    pairs.append((piece, i))
+            pairs.sort()
+            self._by_text = ([p for p, _ in pairs], [i for _, i in pairs])
+        texts, ids = self._by_text
+        lo = bisect.bisect_left(texts, text)
+        hi = bisect.bisect_left(texts, text + "\U0010ffff")
+        return ids[lo:hi]
 
     def apply_chat_template(self, messages: list[dict[str, str]]) -> str:
         return self.hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)

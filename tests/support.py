@@ -94,8 +94,10 @@ def start_daemon(
     *args: str,
     timeout: float = 120.0,
     env: dict[str, str] | None = None,
+    wait_ready: bool = True,
 ) -> DaemonProcess:
-    """Run `python -m ling_local serve` like a user would and wait until it is ready."""
+    """Run `python -m ling_local serve` like a user would and wait until it is ready
+    (or only until it listens, with ``wait_ready=False``)."""
     home.mkdir(parents=True, exist_ok=True)
     log = home / "daemon.stderr"
     child = child_env(home, **(env or {}))
@@ -124,6 +126,12 @@ def start_daemon(
         raise RuntimeError(f"daemon did not start:\n{log.read_text()}")
     token = (home / "config" / "token").read_text().strip()
     daemon = DaemonProcess(proc, home, url, token, log, child)
-    with daemon.client() as client:
-        client.wait_ready(timeout=max(1.0, deadline - time.monotonic()))
+    if not wait_ready:
+        return daemon
+    try:
+        with daemon.client() as client:
+            client.wait_ready(timeout=max(1.0, deadline - time.monotonic()))
+    except BaseException:
+        daemon.stop()  # never leave a daemon behind when its engine failed to start
+        raise
     return daemon

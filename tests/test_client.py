@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import time
+
+import httpx
 import pytest
 
 from ling_local import (
@@ -42,6 +46,52 @@ def test_stream_chunks_add_up_and_report_usage(daemon: DaemonProcess) -> None:
         assert s.finish_reason == whole.finish_reason
         assert s.usage.completion_tokens == whole.usage.completion_tokens
         assert s.first_chunk_s is None or s.first_chunk_s > 0
+
+
+HEADERS_DELAY_S = 0.3
+"""Added before the response headers reach the client (a slow network, a busy daemon)."""
+
+
+class SlowHeaders(httpx.HTTPTransport):
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        response = super().handle_request(request)
+        time.sleep(HEADERS_DELAY_S)
+        return response
+
+
+class AsyncSlowHeaders(httpx.AsyncHTTPTransport):
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await super().handle_async_request(request)
+        await asyncio.sleep(HEADERS_DELAY_S)
+        return response
+
+
+def _check_ttft(stream) -> None:
+    """The client's TTFT covers the whole wait: sending, the headers, the daemon's queue and
+    the engine's own time to the first token."""
+    assert stream.first_chunk_s is not None and stream.timings is not None
+    assert stream.first_chunk_s >= HEADERS_DELAY_S
+    engine_s = (stream.timings.ttft_ms + stream.timings.queue_ms) / 1000
+    assert stream.first_chunk_s >= engine_s
+
+
+def test_first_chunk_time_counts_from_before_the_request_is_sent(daemon: DaemonProcess) -> None:
+    with daemon.client(transport=SlowHeaders()) as client:
+        stream = client.stream_complete("def f(x):\n", max_tokens=6, ignore_eos=True)
+        stream.result()
+    _check_ttft(stream)
+
+
+async def test_async_first_chunk_time_counts_from_before_the_request_is_sent(
+    daemon: DaemonProcess,
+) -> None:
+    async with daemon.async_client(transport=AsyncSlowHeaders()) as client:
+        stream = await client.stream_chat(
+            [{"role": "user", "content": "hi"}], max_tokens=6, ignore_eos=True
+        )
+        async with stream:
+            await stream.result()
+    _check_ttft(stream)
 
 
 def test_chat_stream_result(daemon: DaemonProcess) -> None:

@@ -82,6 +82,7 @@ async def test_a_request_is_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
         )
         await writer.drain()
         writer.close()
+        await writer.wait_closed()
 
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -102,10 +103,11 @@ async def test_unreachable_daemon_is_daemon_unavailable(tmp_path) -> None:
 
 
 async def test_a_stalled_daemon_times_out() -> None:
+    writers: list[asyncio.StreamWriter] = []
+
     async def stall(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.read(65536)
-        await asyncio.sleep(5)
-        writer.close()
+        writers.append(writer)
+        await reader.read(65536)  # and never answer
 
     server = await asyncio.start_server(stall, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
@@ -114,3 +116,6 @@ async def test_a_stalled_daemon_times_out() -> None:
         with pytest.raises(DaemonUnavailable):
             await client.health()
     assert time.monotonic() - t0 < 3
+    for writer in writers:
+        writer.close()
+        await writer.wait_closed()

@@ -49,9 +49,17 @@ def run_quality(
     mode: FimMode = "psm",
     batch_size: int = 16,
     eval_set: str | None = None,
+    accept_limit: int = 20,
+    token_healing: bool = False,
     console: Console | None = None,
+    profile: str | None = "tiny",
 ) -> dict:
     """Score the model and both baselines on ``limit`` examples of each kind; print a table.
+
+    The draft's acceptance length is measured on the model's outputs for the first
+    ``accept_limit`` examples of each kind (a full teacher-forced pass of both models).
+    ``token_healing`` re-generates the prefix's last token (ling_local.tiny.evaluate.heal_prefix)
+    for the model and the random baseline; the daemon does not do this.
 
     ``draft_dir`` defaults to the shipped draft when ``model_dir`` is the shipped model; pass
     one explicitly for another pair. Returns (and writes to ``json_out``) every number shown.
@@ -65,15 +73,26 @@ def run_quality(
     model = _load(model_dir, device)
     record: dict = {}
     systems = {
-        "model": ev.model_predictor(model, tok, device, mode, batch_size, record),
+        "model": ev.model_predictor(model, tok, device, mode, batch_size, record, token_healing),
         "random-init": ev.model_predictor(_random_like(model, device), tok, device, mode,
-                                          batch_size),
+                                          batch_size, None, token_healing),
         "repeat-prev-line": lambda exs: [ev.repeat_previous_line(e) for e in exs],
     }  # fmt: skip
+    if profile:  # the product path: the engine with the profile's prompt format
+        from ling_local.bench.quality_daemon import daemon_predictor
+        from ling_local.config import load_profile
+
+        prof = load_profile(profile)
+        prof.model.path = model_dir
+        prof.model.device = device
+        systems = {f"daemon path ({prof.name}: {prof.prompt.fim_format}"
+                   f"{', healing' if prof.prompt.token_healing else ''})":
+                   daemon_predictor(prof), **systems}  # fmt: skip
     t0 = time.perf_counter()
     result: dict = {
         "model_dir": model_dir,
         "mode": mode,
+        "token_healing": token_healing,
         "device": device,
         "limit_per_kind": limit,
         "examples": len(examples),
@@ -86,8 +105,8 @@ def run_quality(
         if draft_dir:
             status.update("measuring the draft's acceptance length...")
             draft = _load(draft_dir, device)
-            prompts = [p for kind in record for p in record[kind][0]]
-            gens = [g for kind in record for g in record[kind][1]]
+            prompts = [p for kind in record for p in record[kind][0][:accept_limit]]
+            gens = [g for kind in record for g in record[kind][1][:accept_limit]]
             result["draft_dir"] = draft_dir
             result["acceptance"] = ev.acceptance_lengths(model, draft, prompts, gens, device)
     result["seconds"] = time.perf_counter() - t0
@@ -106,7 +125,8 @@ def run_quality(
 
 def quality_table(result: dict) -> Table:
     table = Table(
-        title=f"FIM quality on held-out stdlib files ({result['mode'].upper()}, "
+        title=f"FIM quality on held-out stdlib files ({result['mode'].upper()}"
+        f"{', token healing' if result.get('token_healing') else ''}, "
         f"{result['examples']} examples, {result['device']})"
     )
     table.add_column("system")
@@ -132,11 +152,33 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--mode", choices=["psm", "spm"], default="psm")
     p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument(
+        "--accept-limit",
+        type=int,
+        default=20,
+        help="examples of each kind for the draft's acceptance length",
+    )
+    p.add_argument("--token-healing", action="store_true", help="re-generate the cursor's token")
     p.add_argument("--eval-set", help="another eval_set.jsonl.gz (default: the shipped one)")
     p.add_argument("--json-out", help="write all numbers here as JSON")
+    p.add_argument(
+        "--profile",
+        default="tiny",
+        help="also score the daemon's path with this profile's prompt format ('' to skip)",
+    )
     a = p.parse_args(argv)
     run_quality(
-        a.model_dir, a.limit, a.device, a.json_out, a.draft_dir, a.mode, a.batch_size, a.eval_set
+        a.model_dir,
+        a.limit,
+        a.device,
+        a.json_out,
+        a.draft_dir,
+        a.mode,
+        a.batch_size,
+        a.eval_set,
+        a.accept_limit,
+        a.token_healing,
+        profile=a.profile or None,
     )
     return 0
 

@@ -85,6 +85,17 @@ class GenerationRequest:
     request_id: str = field(default_factory=new_request_id)
     json_schema: dict | None = None
     """Constrained decoding where the engine supports it (SGLang); others ignore it."""
+    messages: list[dict[str, str]] | None = None
+    """The chat messages, for engines that apply the chat template themselves (remote)."""
+    fim: tuple[str, str] | None = None
+    """(prefix, suffix) of a fill-in-the-middle request, for engines that take them apart
+    (a remote server's ``suffix`` field); `prompt` holds the FIM prompt built here."""
+    first_token_ids: list[int] | None = None
+    """Token healing: the first generated token must be one of these (engines that cannot
+    restrict it ignore this and `heal_text`)."""
+    heal_text: str = ""
+    """Token healing: text dropped from the end of the prompt, which the first generated
+    token re-creates; it is removed from the output."""
     cancel_event: threading.Event = field(default_factory=threading.Event)
     """Set to cancel; engines check it between decode steps (also from worker threads)."""
     queue_s: float = 0.0

@@ -35,6 +35,7 @@ def _step(
     pos: torch.Tensor,
     rows: torch.Tensor,
     cols: torch.Tensor,
+    banned: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     positions = pos + rows  # [T]
     x = F.embedding(tokens, w.embed)
@@ -54,6 +55,7 @@ def _step(
         x = x + attention_block(w, layer, x, cos, sin, write, read)
         x = x + mlp_block(w, layer, x)
     logits = F.linear(rms_norm(x, w.norm, w.eps), w.lm_head)
+    logits = logits.index_fill(-1, banned, float("-inf"))
     return logits, logits.argmax(dim=-1)
 
 
@@ -76,9 +78,16 @@ def step_function(t: int, compile_step: bool) -> Any:
 
 class GraphStep:
     def __init__(
-        self, weights: LlamaWeights, slot: KVSlot, t: int, max_len: int, compile_step: bool = False
+        self,
+        weights: LlamaWeights,
+        slot: KVSlot,
+        t: int,
+        max_len: int,
+        compile_step: bool = False,
+        banned: torch.Tensor | None = None,
     ) -> None:
         dev = weights.embed.device
+        self.banned = torch.zeros(0, dtype=torch.long, device=dev) if banned is None else banned
         self.t = t
         self.weights = weights
         self.slot = slot
@@ -90,7 +99,9 @@ class GraphStep:
         fn = step_function(t, compile_step)
 
         def run() -> tuple[torch.Tensor, torch.Tensor]:
-            return fn(weights, slot.k, slot.v, self.tokens, self.pos, self.rows, self.cols)
+            return fn(
+                weights, slot.k, slot.v, self.tokens, self.pos, self.rows, self.cols, self.banned
+            )
 
         self._run = run
         self.graph = None

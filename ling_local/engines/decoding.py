@@ -45,8 +45,10 @@ class Decoder:
         draft_cache: PrefixCache | None = None,
         num_speculative: int = 4,
         compile_graphs: bool = False,
+        banned_token_ids: tuple[int, ...] = (),
     ) -> None:
         self.runner = runner
+        self.banned = torch.tensor(banned_token_ids, dtype=torch.long, device=runner.device)
         self.cache = cache
         self.draft = draft
         self.draft_cache = draft_cache
@@ -100,14 +102,26 @@ class Decoder:
         gen.fed += len(chunk)
         if gen.fed < len(gen.prompt_ids):
             return None
+        logits = self._mask(logits)
+        if gen.request.first_token_ids:  # token healing: re-create the dropped prompt text
+            allowed = torch.tensor(gen.request.first_token_ids, device=logits.device)
+            logits = torch.full_like(logits, float("-inf")).index_copy_(
+                -1, allowed, logits.index_select(-1, allowed)
+            )
         return gen.on_token(int(sample(logits, *gen.sample_args())))
+
+    def _mask(self, logits: torch.Tensor) -> torch.Tensor:
+        """Rule out the tokens no generation may emit (FIM control tokens)."""
+        if self.banned.numel():
+            logits.index_fill_(-1, self.banned, float("-inf"))
+        return logits
 
     def _decode_one(self, gen: Generation) -> FinishReason | None:
         token = gen.next_token
         logits = self.runner.forward(gen.slot.cache, [token])
         gen.slot.ids.append(token)
         gen.decode_steps += 1
-        return gen.on_token(int(sample(logits, *gen.sample_args())))
+        return gen.on_token(int(sample(self._mask(logits), *gen.sample_args())))
 
     # ------------------------------------------------------------------ GPU burst
     def _graph(self, slot: Any, t: int) -> Any:
@@ -116,7 +130,12 @@ class Decoder:
         graphs = slot.cache.graphs
         if t not in graphs:
             graphs[t] = GraphStep(
-                self.runner.weights, slot.cache, t, self.runner.max_len, self.compile_graphs
+                self.runner.weights,
+                slot.cache,
+                t,
+                self.runner.max_len,
+                self.compile_graphs,
+                self.banned,
             )
         return graphs[t]
 
@@ -191,7 +210,7 @@ class Decoder:
         for _ in range(k):
             logits = draft.forward(slot.cache, [token])
             slot.ids.append(token)
-            token = int(logits.argmax())
+            token = int(self._mask(logits).argmax())
             out.append(token)
         return out
 
@@ -204,7 +223,7 @@ class Decoder:
             step.replay()
             targets = step.argmax.tolist()
         else:
-            targets = self.runner.forward_all(slot.cache, feed).argmax(dim=-1).tolist()
+            targets = self._mask(self.runner.forward_all(slot.cache, feed)).argmax(-1).tolist()
         accepted = accept_prefix(proposals, targets)
         slot.ids.extend(feed[: accepted + 1])
         slot.cache.length = len(slot.ids)

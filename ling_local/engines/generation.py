@@ -48,6 +48,8 @@ class Generation:
     """Target forward passes after the prefill (a verify step counts once)."""
     unsent_ids: list[int] = field(default_factory=list)
     pending_text: str = ""
+    strip: str = ""
+    """Token healing: prompt text the first tokens re-create, not sent to the client."""
     at_stop_string: bool = False
     done: bool = False
     t_start: float = 0.0
@@ -85,7 +87,7 @@ class Generation:
         self.next_token = token
         if self.history is not None:
             self.history.append(token)
-        text, hit = self.stopper.feed(self.detok.push((token,)))
+        text, hit = self.stopper.feed(self._visible(self.detok.push((token,))))
         if hit:
             self.pending_text, self.at_stop_string = text, True
             return "stop"
@@ -103,7 +105,7 @@ class Generation:
         text = self.pending_text
         if not self.at_stop_string:
             # Release text held back for a possible stop string or a split character.
-            tail, hit = self.stopper.feed(self.detok.flush())
+            tail, hit = self.stopper.feed(self._visible(self.detok.flush()))
             text += tail
             if not hit:
                 text += self.stopper.finish()
@@ -127,6 +129,18 @@ class Generation:
                 self.request.on_finish(stats)
             except Exception:
                 log.exception("on_finish callback failed")
+
+    def _visible(self, text: str) -> str:
+        """Cut the healed prompt text from the front of the output."""
+        if not self.strip or not text:
+            return text
+        if text.startswith(self.strip):
+            text, self.strip = text[len(self.strip) :], ""
+        elif self.strip.startswith(text):  # decoded in pieces
+            text, self.strip = "", self.strip[len(text) :]
+        else:  # not re-created (the first-token mask makes this impossible)
+            self.strip = ""
+        return text
 
     def _emit(self, delta: Delta) -> None:
         self.loop.call_soon_threadsafe(self.queue.put_nowait, delta)

@@ -15,6 +15,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ling_local.engines.quant import int8_available, linear, quantize_int8
+
 __all__ = ["KVSlot", "LlamaRunner", "LlamaWeights", "supports"]
 
 _SUPPORTED = {"llama", "mistral", "qwen2", "qwen3"}
@@ -120,7 +122,10 @@ class KVSlot:
 
 # --------------------------------------------------------------------------- the math
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    # transformers' LlamaRMSNorm: normalise in float32, cast back, then scale.
+    # transformers' LlamaRMSNorm: normalise in float32, cast back, then scale. In float32
+    # that is exactly what the fused kernel computes (one op instead of seven per call).
+    if x.dtype == torch.float32 and weight.dtype == torch.float32 and not x.is_cuda:
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
     h = x.float()
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
     return weight * h.to(x.dtype)
@@ -146,16 +151,21 @@ def attention_block(
     `keys_values()` returns (keys, values, mask) to attend over."""
     t = x.shape[0]
     h = rms_norm(x, layer.ln_in, w.eps)
-    qkv = F.linear(h, layer.wqkv, layer.bqkv)
+    qkv = linear(h, layer.wqkv, layer.bqkv)
     nq, nk = w.n_heads * w.head_dim, w.n_kv_heads * w.head_dim
-    q = qkv[:, :nq].view(t, w.n_heads, w.head_dim)
-    k = qkv[:, nq : nq + nk].view(t, w.n_kv_heads, w.head_dim)
     v = qkv[:, nq + nk :].view(t, w.n_kv_heads, w.head_dim)
     if layer.q_norm is not None:
-        q = rms_norm(q, layer.q_norm, w.eps)
-        k = rms_norm(k, layer.k_norm, w.eps)
-    q = rotate(q, cos, sin)
-    k = rotate(k, cos, sin)
+        q = rotate(
+            rms_norm(qkv[:, :nq].view(t, w.n_heads, w.head_dim), layer.q_norm, w.eps), cos, sin
+        )
+        k = rotate(
+            rms_norm(qkv[:, nq : nq + nk].view(t, w.n_kv_heads, w.head_dim), layer.k_norm, w.eps),
+            cos,
+            sin,
+        )
+    else:  # q and k sit side by side in qkv: rotate both heads' worth in one go
+        qk = rotate(qkv[:, : nq + nk].view(t, w.n_heads + w.n_kv_heads, w.head_dim), cos, sin)
+        q, k = qk[:, : w.n_heads], qk[:, w.n_heads :]
     write_kv(k, v)
     keys, values, mask = keys_values()
     out = F.scaled_dot_product_attention(
@@ -165,13 +175,13 @@ def attention_block(
         attn_mask=mask,
         enable_gqa=w.n_kv_heads != w.n_heads,
     )
-    return F.linear(out[0].transpose(0, 1).reshape(t, nq), layer.wo)
+    return linear(out[0].transpose(0, 1).reshape(t, nq), layer.wo)
 
 
 def mlp_block(w: LlamaWeights, layer: _Layer, x: torch.Tensor) -> torch.Tensor:
     h = rms_norm(x, layer.ln_post, w.eps)
-    gate, up = F.linear(h, layer.w13).chunk(2, dim=-1)
-    return F.linear(F.silu(gate) * up, layer.w2)
+    gate, up = linear(h, layer.w13).chunk(2, dim=-1)
+    return linear(F.silu(gate) * up, layer.w2)
 
 
 def forward_tokens(
@@ -202,20 +212,40 @@ def forward_tokens(
         x = x + mlp_block(w, layer, x)
     if not all_logits:
         x = x[-1:]
-    return F.linear(rms_norm(x, w.norm, w.eps), w.lm_head)
+    return linear(rms_norm(x, w.norm, w.eps), w.lm_head)
 
 
 # --------------------------------------------------------------------------- the runner
+def _quantize(w: LlamaWeights) -> None:
+    """The layers' matmul weights to int8. The output head keeps floating point (bfloat16):
+    int8 there moved greedy choices enough to send the tiny model into loops it otherwise
+    avoids, while int8 layers left every sample we compared unchanged."""
+    for layer in w.layers:
+        layer.wqkv = quantize_int8(layer.wqkv)
+        layer.wo = quantize_int8(layer.wo)
+        layer.w13 = quantize_int8(layer.w13)
+        layer.w2 = quantize_int8(layer.w2)
+    w.lm_head = w.lm_head.to(torch.bfloat16)
+
+
 class LlamaRunner:
     """Same interface as HFRunner (new_cache / crop / forward), plus `forward_all` for
     speculative verification and `decode_graph` on CUDA."""
 
     def __init__(
-        self, model: Any, device: torch.device, max_len: int, cuda_graphs: bool = True
+        self,
+        model: Any,
+        device: torch.device,
+        max_len: int,
+        cuda_graphs: bool = True,
+        quantize: str = "none",
     ) -> None:
         self.device = device
         self.max_len = max_len
         self.weights = LlamaWeights.from_hf(model, max_len)
+        self.quantized = quantize == "int8" and device.type == "cpu" and int8_available()
+        if self.quantized:
+            _quantize(self.weights)
         self.dtype = self.weights.embed.dtype
         self.vocab_size = self.weights.embed.shape[0]
         self.use_graphs = cuda_graphs and device.type == "cuda"

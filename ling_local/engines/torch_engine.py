@@ -39,6 +39,7 @@ from ling_local.engines.prefix_cache import PrefixCache
 from ling_local.engines.sampling import make_generator
 from ling_local.engines.speculative import NgramIndex
 from ling_local.errors import ConfigError, EngineNotReady, RequestError
+from ling_local.prompts import PromptBuilder
 from ling_local.tokenization import TextTokenizer, load_tokenizer
 
 __all__ = ["TorchEngine"]
@@ -50,6 +51,7 @@ class TorchEngine:
     kind = "torch"
     supports_preemption = True
     supports_concurrency = False
+    supports_token_healing = True
 
     def __init__(self, profile: Profile) -> None:
         self.profile = profile
@@ -102,7 +104,9 @@ class TorchEngine:
         if max_pos and self.context_length > max_pos:
             self.context_length = max_pos
         if supports(model.config):
-            self.runner = LlamaRunner(model, device, self.context_length, engine.cuda_graphs)
+            self.runner = LlamaRunner(
+                model, device, self.context_length, engine.cuda_graphs, engine.quantize
+            )
         else:
             self.runner = HFRunner(model, device)
         draft = draft_cache = None
@@ -116,13 +120,16 @@ class TorchEngine:
             draft_cache=draft_cache,
             num_speculative=engine.num_speculative_tokens,
             compile_graphs=engine.compile,
+            banned_token_ids=PromptBuilder(self.profile.prompt, self.tokenizer).banned_token_ids(),
         )
         log.info(
             "loaded %s on %s (%s, %s path%s) in %.2fs",
             model_dir,
             device,
             dtype,
-            "lean" if isinstance(self.runner, LlamaRunner) else "transformers",
+            ("lean, int8" if getattr(self.runner, "quantized", False) else "lean")
+            if isinstance(self.runner, LlamaRunner)
+            else "transformers",
             ", draft" if draft else "",
             time.perf_counter() - t0,
         )
@@ -134,7 +141,8 @@ class TorchEngine:
             raise ConfigError(f"the draft at {path} needs a Llama-family target and draft")
         if model.config.vocab_size != self.runner.vocab_size:
             raise ConfigError(f"the draft at {path} has another vocabulary than the model")
-        return LlamaRunner(model, device, self.context_length, self.profile.engine.cuda_graphs)
+        engine = self.profile.engine
+        return LlamaRunner(model, device, self.context_length, engine.cuda_graphs, engine.quantize)
 
     async def _warmup(self) -> None:
         request = GenerationRequest(
@@ -233,6 +241,7 @@ class TorchEngine:
             history=NgramIndex(ids) if speculate and mode in ("prompt_lookup", "auto") else None,
             speculate=speculate,
             t_start=time.perf_counter(),
+            strip=request.heal_text if request.first_token_ids else "",
         )
 
     # ----------------------------------------------------------------- worker thread

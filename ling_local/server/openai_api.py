@@ -123,7 +123,14 @@ async def completions(request: Request) -> JSONResponse | StreamingResponse:
             raise RequestError("the prompt is empty", param="prompt")
         built = prompts.completion(body.prompt, body.suffix)
     sampling = st.sampling(body, chat=False, built=built)
-    gen = st.request(built, sampling, body.priority, Priority.COMPLETION, body.json_schema())
+    fim = (
+        (body.prompt, body.suffix)
+        if isinstance(body.prompt, str) and body.suffix is not None
+        else None
+    )
+    gen = st.request(
+        built, sampling, body.priority, Priority.COMPLETION, body.json_schema(), fim=fim
+    )
     st.scheduler.check_capacity()
     rid = f"cmpl-{uuid.uuid4().hex[:24]}"
     head = _dumps(
@@ -174,7 +181,9 @@ async def chat_completions(request: Request) -> JSONResponse | StreamingResponse
         raise RequestError("every message is empty", param="messages")
     built = prompts.chat(messages)
     sampling = st.sampling(body, chat=True, built=built)
-    gen = st.request(built, sampling, body.priority, Priority.CHAT, body.json_schema())
+    gen = st.request(
+        built, sampling, body.priority, Priority.CHAT, body.json_schema(), messages=messages
+    )
     st.scheduler.check_capacity()
     rid = f"chatcmpl-{uuid.uuid4().hex[:24]}"
     head = _dumps(

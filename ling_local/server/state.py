@@ -37,7 +37,8 @@ class DaemonState:
             raise EngineNotReady(f"the engine is {state.value}" + (f": {detail}" if detail else ""))
         if self.prompts is None:
             tokenizer = getattr(self.engine, "tokenizer", None)
-            self.prompts = PromptBuilder(self.profile.prompt, tokenizer)
+            heal = getattr(self.engine, "supports_token_healing", False)
+            self.prompts = PromptBuilder(self.profile.prompt, tokenizer, heal=heal)
         return self.prompts
 
     def check_model(self, requested: str | None) -> None:
@@ -103,6 +104,9 @@ class DaemonState:
         priority: str | None,
         default: Priority,
         json_schema: dict | None = None,
+        *,
+        messages: list[dict[str, str]] | None = None,
+        fim: tuple[str, str] | None = None,
     ) -> GenerationRequest:
         self.check_context(built)
         return GenerationRequest(
@@ -111,4 +115,8 @@ class DaemonState:
             sampling=sampling,
             priority=Priority.parse(priority) if priority else default,
             json_schema=json_schema,
+            messages=messages,
+            fim=fim,
+            first_token_ids=built.first_token_ids,
+            heal_text=built.heal_text,
         )

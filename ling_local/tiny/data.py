@@ -2,7 +2,7 @@
 
 Which files: every ``*.py`` under ``sysconfig.get_paths()["stdlib"]`` except ``site-packages``
 / ``dist-packages``, files that are not valid UTF-8, machine-generated tables (the
-``encodings`` codec tables made by gencodec, ``pydoc_data/topics.py``) and files that contain
+``encodings`` codec tables made by gencodec, ``pydoc_data/topics.py``, ``_sysconfigdata*``) and files that contain
 our special-token strings. The stdlib's own tests are kept: they are ordinary Python.
 
 Held out: a file is held out when the SHA-1 of its path relative to the stdlib root falls in the
@@ -13,6 +13,7 @@ every machine that has the same stdlib.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import random
 import re
 import sysconfig
@@ -43,7 +44,7 @@ def is_heldout(rel_path: str) -> bool:
 
 
 def _is_generated(rel_path: str, text: str) -> bool:
-    if rel_path == "pydoc_data/topics.py":
+    if rel_path == "pydoc_data/topics.py" or rel_path.startswith("_sysconfigdata"):
         return True
     return rel_path.startswith("encodings/") and "decoding_table = (" in text
 
@@ -189,6 +190,33 @@ class Doc:
     fim: tuple[str, str, str] | None = None
     """(prefix, middle, suffix)"""
     mode: str = "psm"
+    cuts: tuple[int, ...] = ()
+    """Offsets in ``text`` where it is tokenized in separate pieces (see :func:`cut_points`)."""
+
+    def pieces(self) -> list[str]:
+        bounds = [0, *self.cuts, len(self.text)]
+        return [self.text[a:b] for a, b in itertools.pairwise(bounds)]
+
+
+def cut_points(text: str, rng: random.Random, every_chars: int) -> tuple[int, ...]:
+    """About one cut per ``every_chars`` characters, a third each at a line start, after a
+    line's indentation, and at a random character. Tokenizing the pieces separately puts the
+    token boundaries that a cursor creates (a bare newline, a cut word) into plain text too,
+    so the model learns to continue from them."""
+    starts = line_starts(text)
+    points = set()
+    for _ in range(len(text) // every_chars):
+        r = rng.random()
+        i = rng.randrange(len(starts) - 1)
+        if r < 1 / 3:
+            p = starts[i]
+        elif r < 2 / 3:
+            p = starts[i] + _indent(text[starts[i] : starts[i + 1]])
+        else:
+            p = rng.randrange(len(text))
+        if 0 < p < len(text):
+            points.add(p)
+    return tuple(sorted(points))
 
 
 def chunk_lines(text: str, rng: random.Random, lo_chars: int, hi_chars: int) -> list[str]:
@@ -213,13 +241,16 @@ def make_docs(
     rng: random.Random,
     fim_rate: float = 0.5,
     chunk_chars: tuple[int, int] = (1000, 7000),
+    cut_every: int = 0,
 ) -> list[Doc]:
-    """Per file: with probability ``1 - fim_rate`` the whole file left to right, otherwise the
-    file cut into line-aligned chunks that each become one FIM example (half PSM, half SPM)."""
+    """Per file: with probability ``1 - fim_rate`` the whole file left to right (tokenized in
+    pieces when ``cut_every`` > 0), otherwise the file cut into line-aligned chunks that each
+    become one FIM example (half PSM, half SPM)."""
     docs: list[Doc] = []
     for f in files:
         if rng.random() >= fim_rate:
-            docs.append(Doc(text=f.text))
+            cuts = cut_points(f.text, rng, cut_every) if cut_every > 0 else ()
+            docs.append(Doc(text=f.text, cuts=cuts))
             continue
         for chunk in chunk_lines(f.text, rng, *chunk_chars):
             a, b = training_span(chunk, rng)

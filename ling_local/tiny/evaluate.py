@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 import torch
 from tokenizers import Tokenizer
 
-from ling_local.tiny.tokenizer import EOT_ID, FimMode, decode, encode, fim_prompt
+from ling_local.tiny.tokenizer import EOT_ID, FIM_PAD_ID, FimMode, decode, encode, fim_prompt
 
 MAX_NEW = {"single": 48, "multi": 128}
 
@@ -87,9 +87,11 @@ def greedy_batch(
     max_new: int,
     stop_ids: set[int],
     device: str | torch.device,
+    first_allowed: Sequence[list[int] | None] | None = None,
 ) -> list[list[int]]:
     """Greedy continuations of ``prompts`` (left-padded into one batch), each ending at its
-    first stop token (included) or after ``max_new`` tokens."""
+    first stop token (included) or after ``max_new`` tokens. ``first_allowed[i]``, when given,
+    restricts row i's first token to those ids, and that token never counts as a stop."""
     n, width = len(prompts), max(len(p) for p in prompts)
     ids = torch.full((n, width), EOT_ID, dtype=torch.long)
     mask = torch.zeros((n, width), dtype=torch.long)
@@ -105,11 +107,15 @@ def greedy_batch(
     stop = torch.tensor(sorted(stop_ids), device=device)
     done = torch.zeros(n, dtype=torch.bool, device=device)
     steps: list[torch.Tensor] = []
-    for _ in range(max_new):
-        nxt = out.logits[:, -1].argmax(-1)
+    for step in range(max_new):
+        logits = out.logits[:, -1]
+        healed = torch.zeros(n, dtype=torch.bool, device=device)
+        if step == 0 and first_allowed is not None:
+            logits, healed = _restrict(logits, first_allowed)
+        nxt = logits.argmax(-1)
         nxt = torch.where(done, EOT_ID, nxt)
         steps.append(nxt)
-        done |= torch.isin(nxt, stop)
+        done |= torch.isin(nxt, stop) & ~healed
         if bool(done.all()):
             break
         mask = torch.cat([mask, torch.ones((n, 1), dtype=mask.dtype, device=device)], dim=1)
@@ -120,10 +126,37 @@ def greedy_batch(
         )
     gen = torch.stack(steps, dim=1).tolist()
     results = []
-    for row in gen:
-        cut = next((j + 1 for j, t in enumerate(row) if t in stop_ids), len(row))
+    for i, row in enumerate(gen):
+        skip = 1 if first_allowed is not None and first_allowed[i] is not None else 0
+        cut = next((j + 1 for j, t in enumerate(row) if t in stop_ids and j >= skip), len(row))
         results.append(row[:cut])
     return results
+
+
+def _restrict(
+    logits: torch.Tensor, allowed: Sequence[list[int] | None]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    keep = torch.ones_like(logits, dtype=torch.bool)
+    healed = torch.zeros(logits.shape[0], dtype=torch.bool, device=logits.device)
+    for i, ids in enumerate(allowed):
+        if ids is not None:
+            keep[i] = False
+            keep[i, ids] = True
+            healed[i] = True
+    return logits.masked_fill(~keep, float("-inf")), healed
+
+
+def heal_prefix(
+    tok: Tokenizer, prefix_ids: list[int], token_texts: list[str]
+) -> tuple[list[int], str, list[int] | None]:
+    """Token healing: drop the prefix's last token and allow, as the first generated token,
+    only tokens whose text starts with the dropped text. The cursor then no longer has to fall
+    on a token boundary. Returns (prefix ids, dropped text, allowed first tokens)."""
+    if not prefix_ids:
+        return prefix_ids, "", None
+    dropped = token_texts[prefix_ids[-1]]
+    allowed = [i for i, t in enumerate(token_texts) if i > FIM_PAD_ID and t.startswith(dropped)]
+    return prefix_ids[:-1], dropped, allowed
 
 
 def _batches(order: list[int], size: int) -> list[list[int]]:
@@ -137,26 +170,42 @@ def model_predictor(
     mode: FimMode = "psm",
     batch_size: int = 16,
     record: dict | None = None,
+    token_healing: bool = False,
 ) -> Callable[[list[dict]], list[str]]:
     """A function from examples of one kind to predicted middles; ``record[kind]`` receives
-    the (prompt ids, generated ids) when given."""
+    the (prompt ids, generated ids) when given. ``token_healing``: see :func:`heal_prefix`
+    (not part of the standard protocol; the daemon does not heal)."""
     newline_ids = newline_token_ids(tok)
+    texts_of = [decode(tok, [i]) for i in range(tok.get_vocab_size())] if token_healing else []
 
     def predict(examples: list[dict]) -> list[str]:
         kind = examples[0]["kind"]
         stop = {EOT_ID} | (newline_ids if kind == "single" else set())
-        prompts = [
-            fim_prompt(encode(tok, e["prefix"]), encode(tok, e["suffix"]), mode) for e in examples
-        ]
+        prompts, dropped, allowed = [], [], []
+        for e in examples:
+            prefix_ids = encode(tok, e["prefix"])
+            drop, first = "", None
+            if token_healing:
+                prefix_ids, drop, first = heal_prefix(tok, prefix_ids, texts_of)
+            prompts.append(fim_prompt(prefix_ids, encode(tok, e["suffix"]), mode))
+            dropped.append(drop)
+            allowed.append(first)
         gens: list[list[int]] = [[] for _ in examples]
         order = sorted(range(len(examples)), key=lambda i: len(prompts[i]))
         for batch in _batches(order, batch_size):
-            outs = greedy_batch(model, [prompts[i] for i in batch], MAX_NEW[kind], stop, device)
+            outs = greedy_batch(
+                model,
+                [prompts[i] for i in batch],
+                MAX_NEW[kind],
+                stop,
+                device,
+                [allowed[i] for i in batch] if token_healing else None,
+            )
             for i, o in zip(batch, outs, strict=True):
                 gens[i] = o
         texts = []
-        for g in gens:
-            text = decode(tok, [t for t in g if t != EOT_ID])
+        for g, drop in zip(gens, dropped, strict=True):
+            text = decode(tok, [t for t in g if t != EOT_ID])[len(drop) :]
             texts.append(text.split("\n", 1)[0] if kind == "single" else text)
         if record is not None:
             record[kind] = (prompts, gens)
@@ -203,20 +252,34 @@ def evaluate_system(
 
 
 @torch.inference_mode()
-def argmax_along(
-    model: torch.nn.Module, seqs: Sequence[list[int]], device: str | torch.device, batch: int = 16
+def argmax_tail(
+    model: torch.nn.Module,
+    seqs: Sequence[list[int]],
+    tail: Sequence[int],
+    device: str | torch.device,
+    batch: int = 16,
 ) -> list[list[int]]:
-    """Teacher-forced argmax at every position of each sequence (right-padded batches)."""
+    """Teacher-forced argmax at the last ``tail[i]`` positions of each sequence (left-padded
+    batches, so the logits of the prompts are never computed)."""
     out: list[list[int]] = []
     for i in range(0, len(seqs), batch):
-        chunk = seqs[i : i + batch]
+        chunk, keep = seqs[i : i + batch], tail[i : i + batch]
         width = max(len(s) for s in chunk)
         ids = torch.full((len(chunk), width), EOT_ID, dtype=torch.long)
+        mask = torch.zeros((len(chunk), width), dtype=torch.long)
         for r, s in enumerate(chunk):
-            ids[r, : len(s)] = torch.tensor(s)
-        logits = model(input_ids=ids.to(device)).logits
+            ids[r, width - len(s) :] = torch.tensor(s)
+            mask[r, width - len(s) :] = 1
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        logits = model(
+            input_ids=ids.to(device),
+            attention_mask=mask.to(device),
+            position_ids=pos.to(device),
+            use_cache=False,
+            logits_to_keep=max(keep),
+        ).logits
         arg = logits.argmax(-1).tolist()
-        out.extend(a[: len(s)] for a, s in zip(arg, chunk, strict=True))
+        out.extend(a[len(a) - k :] for a, k in zip(arg, keep, strict=True))
     return out
 
 
@@ -229,16 +292,19 @@ def acceptance_lengths(
     ks: Sequence[int] = (4, 8),
 ) -> dict[str, float]:
     """Mean accepted tokens per target step for each block size k (see the module docstring),
-    plus the draft's top-1 agreement with the target on those positions."""
+    plus the draft's top-1 agreement with the target on those positions.
+
+    ``continuations`` must be the target's own greedy outputs for ``prompts``."""
     pairs = [(p, c) for p, c in zip(prompts, continuations, strict=True) if c]
-    seqs = [p + c[:-1] for p, c in pairs]  # position len(p)-1+j predicts c_j
-    t_arg = argmax_along(target, seqs, device)
-    d_arg = argmax_along(draft, seqs, device)
+    seqs = [p + c[:-1] for p, c in pairs]  # the last len(c) positions predict c_0..c_{n-1}
+    tail = [len(c) for _, c in pairs]
+    t_arg = argmax_tail(target, seqs, tail, device)
+    d_arg = argmax_tail(draft, seqs, tail, device)
     totals = dict.fromkeys(ks, 0)
-    positions = agree = 0
-    for (p, c), ta, da in zip(pairs, t_arg, d_arg, strict=True):
-        start = len(p) - 1
-        match = [ta[start + j] == da[start + j] for j in range(len(c))]
+    positions = agree = consistent = 0
+    for (_, c), ta, da in zip(pairs, t_arg, d_arg, strict=True):
+        match = [ta[j] == da[j] for j in range(len(c))]
+        consistent += sum(ta[j] == c[j] for j in range(len(c)))
         run = [0] * (len(c) + 1)
         for j in range(len(c) - 1, -1, -1):
             run[j] = run[j + 1] + 1 if match[j] else 0
@@ -250,4 +316,6 @@ def acceptance_lengths(
     result = {f"k{k}": totals[k] / max(positions, 1) for k in ks}
     result["top1_agreement"] = agree / max(positions, 1)
     result["positions"] = positions
+    # sanity check: teacher forcing reproduces the target's own greedy tokens (~1.0)
+    result["target_consistency"] = consistent / max(positions, 1)
     return result

@@ -31,33 +31,54 @@ class LoopSettings:
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     eval_every: int = 200
+    probe_start: int = 5
     probe_steps: int = 30
-    """Steps timed before the step count is fixed (must be < warmup so the schedule agrees)."""
+    """Steps ``probe_start``..``probe_steps`` are timed, then the step count is fixed (before
+    the end of warmup, so the schedule agrees). The next epoch's data is made ready first: its
+    preparation competes for the GIL and would make the steps look slower than they are."""
+    max_epochs: float = 10.0
+    """Without ``steps``: stop after this many passes over the data even if time is left
+    (the stdlib is small; past this the held-out loss stops improving)."""
 
     def __post_init__(self) -> None:
-        if self.steps is None and self.probe_steps >= self.warmup:
-            raise ValueError("probe_steps must be smaller than warmup when steps is not given")
+        if self.steps is None and not self.probe_start < self.probe_steps < self.warmup:
+            raise ValueError("need probe_start < probe_steps < warmup when steps is not given")
 
 
 class EpochStream:
     """Rows of token ids, epoch after epoch, the next epoch prepared in a background thread
     (tokenization runs in Rust without the GIL). Deterministic for a given seed."""
 
-    def __init__(self, tok: Tokenizer, files: list[SourceFile], seed: int, seq_len: int) -> None:
+    def __init__(
+        self, tok: Tokenizer, files: list[SourceFile], seed: int, seq_len: int, cut_every: int = 0
+    ) -> None:
         self._args = (tok, files, seed)
         self._seq_len = seq_len
+        self._cut_every = cut_every
         self._pool = ThreadPoolExecutor(max_workers=1)
         self._epoch = 0
-        self._next = self._pool.submit(epoch_rows, tok, files, seed, 0, seq_len)
+        self._next = self._pool.submit(epoch_rows, tok, files, seed, 0, seq_len, cut_every)
         self.tokens_seen_epochs: list[int] = []
+        self.wait_s = 0.0
+        """Time the training loop spent waiting for data."""
 
     def next_epoch(self) -> torch.Tensor:
+        t0 = time.perf_counter()
         rows = self._next.result()
+        self.wait_s += time.perf_counter() - t0
         self._epoch += 1
         tok, files, seed = self._args
-        self._next = self._pool.submit(epoch_rows, tok, files, seed, self._epoch, self._seq_len)
+        self._next = self._pool.submit(
+            epoch_rows, tok, files, seed, self._epoch, self._seq_len, self._cut_every
+        )
         self.tokens_seen_epochs.append(rows.numel())
         return rows
+
+    def wait_ready(self) -> None:
+        """Block until the next epoch is prepared (counted as waiting for data)."""
+        t0 = time.perf_counter()
+        self._next.result()
+        self.wait_s += time.perf_counter() - t0
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -128,6 +149,10 @@ def train(
             rows = stream.next_epoch().to(device)
             perm = torch.randperm(rows.shape[0], generator=gen).to(device)
             cursor = 0
+            if s.steps is None and step == 0:
+                total = max(s.warmup + 1, int(s.max_epochs * (rows.shape[0] // s.batch_rows)))
+                history["epoch_cap_steps"] = total
+                bar.total = total
         x = rows[perm[cursor : cursor + s.batch_rows]].long()
         cursor += s.batch_rows
         for g in opt.param_groups:
@@ -140,15 +165,16 @@ def train(
         opt.zero_grad(set_to_none=True)
         pending.append(loss.detach())
         step += 1
-        if s.steps is None and step == 5:
+        if s.steps is None and step == s.probe_start:
+            stream.wait_ready()
             _sync(device)
             t_probe = time.perf_counter()
         if s.steps is None and step == s.probe_steps:
             _sync(device)
-            per_step = (time.perf_counter() - t_probe) / (s.probe_steps - 5)
+            per_step = (time.perf_counter() - t_probe) / (s.probe_steps - s.probe_start)
             left = s.budget_s - (time.perf_counter() - t_start)
             # held-out checks cost about one step per 50 rows of validation each time
-            total = step + max(1, int(left / per_step / 1.03))
+            total = min(total, step + max(1, int(left / per_step / 1.03)))
             history["seconds_per_step_probe"] = per_step
             bar.total = total
             bar.refresh()
@@ -159,6 +185,10 @@ def train(
             pending.clear()
             bar.set_postfix(loss=f"{sum(vals) / len(vals):.3f}", lr=f"{lr_at(step, total, s):.1e}")
         bar.update(1)
+        late = time.perf_counter() - t_start > 1.2 * s.budget_s  # the probe was too hopeful
+        if s.steps is None and step % 10 == 0 and step < total and late:
+            history["stopped_by_time_guard"] = step
+            total = step
         if step % s.eval_every == 0 or step == total:
             val = heldout_loss(model, val_rows, s.batch_rows, device)
             history["val"].append((step, val))
@@ -171,7 +201,9 @@ def train(
     history["steps"] = step
     history["seconds"] = time.perf_counter() - t_start
     history["tokens"] = step * s.batch_rows * s.seq_len
+    history["tokens_per_s"] = history["tokens"] / history["seconds"]
     history["epochs"] = history["tokens"] / max(1, stream.tokens_seen_epochs[0])
+    history["data_wait_s"] = stream.wait_s
     last = history["loss"][-20:]
     history["final_train_loss"] = sum(last) / max(1, len(last))
     history["final_heldout_loss"] = history["val"][-1][1] if history["val"] else None

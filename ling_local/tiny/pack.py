@@ -16,12 +16,12 @@ def docs_to_ids(tok: Tokenizer, docs: list[Doc]) -> list[list[int]]:
     the daemon encodes a prefix and a suffix, so the cut never merges two pieces into one token."""
     texts: list[str] = []
     for d in docs:
-        texts.extend(d.fim if d.fim is not None else (d.text,))
+        texts.extend(d.fim if d.fim is not None else d.pieces())
     ids = iter(encode_batch(tok, texts))
     out: list[list[int]] = []
     for d in docs:
         if d.fim is None:
-            out.append([*next(ids), EOT_ID])
+            out.append([t for _ in range(len(d.cuts) + 1) for t in next(ids)] + [EOT_ID])
         else:
             prefix, middle, suffix = next(ids), next(ids), next(ids)
             out.append(fim_example(prefix, middle, suffix, d.mode))  # type: ignore[arg-type]
@@ -36,8 +36,13 @@ def pack(seqs: list[list[int]], seq_len: int) -> torch.Tensor:
 
 
 def epoch_rows(
-    tok: Tokenizer, files: list[SourceFile], seed: int, epoch: int, seq_len: int
+    tok: Tokenizer,
+    files: list[SourceFile],
+    seed: int,
+    epoch: int,
+    seq_len: int,
+    cut_every: int = 0,
 ) -> torch.Tensor:
     """One epoch's rows: a fresh FIM draw and document order for every (seed, epoch)."""
     rng = random.Random(f"{seed}:{epoch}")
-    return pack(docs_to_ids(tok, make_docs(files, rng)), seq_len)
+    return pack(docs_to_ids(tok, make_docs(files, rng, cut_every=cut_every)), seq_len)

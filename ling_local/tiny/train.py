@@ -18,8 +18,10 @@ import json
 import platform
 import random
 import shutil
+import signal
 import sys
 import tarfile
+import threading
 import time
 import traceback
 from datetime import UTC, datetime
@@ -50,13 +52,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--out", required=True, type=Path, help="output folder")
     p.add_argument("--export", type=Path, help="also write the transfer layout here")
     p.add_argument("--smoke", action="store_true", help="toy scale, for a CPU, in seconds")
+    p.add_argument(
+        "--stdlib",
+        type=Path,
+        help="a CPython Lib/ folder to train on (default: this interpreter's stdlib)",
+    )
     p.add_argument("--minutes", type=float, default=4.0, help="target training budget")
     p.add_argument("--draft-minutes", type=float, default=1.5, help="draft training budget")
     p.add_argument("--target-steps", type=int, help="fixed step count (overrides --minutes)")
     p.add_argument("--draft-steps", type=int, help="fixed step count (overrides --draft-minutes)")
-    p.add_argument("--batch-rows", type=int, default=64, help="rows of --seq-len per step")
+    p.add_argument("--batch-rows", type=int, default=32, help="rows of --seq-len per step")
     p.add_argument("--seq-len", type=int, default=2048)
     p.add_argument("--lr", type=float, default=2e-3, help="target peak learning rate")
+    p.add_argument("--max-epochs", type=float, default=10.0, help="cap on passes over the data")
+    p.add_argument(
+        "--cut-every",
+        type=int,
+        default=400,
+        help="tokenize plain documents in pieces, one cut per N characters (0: never)",
+    )
     p.add_argument("--draft-lr", type=float, default=3e-3)
     p.add_argument("--eval-single", type=int, default=300, help="single-line eval examples")
     p.add_argument("--eval-multi", type=int, default=300, help="multi-line eval examples")
@@ -74,7 +88,7 @@ def _settings(args: argparse.Namespace) -> dict:
                                    warmup=2, eval_every=3),
             "draft": LoopSettings(lr=3e-3, batch_rows=4, seq_len=256, budget_s=0, steps=4,
                                   warmup=2, eval_every=2),
-            "eval": (4, 4), "val_rows": 4, "gen_batch": 8,
+            "eval": (3, 3), "val_rows": 4, "gen_batch": 8, "cut_every": 300,
         }  # fmt: skip
     common = {"batch_rows": args.batch_rows, "seq_len": args.seq_len}
     return {
@@ -82,20 +96,22 @@ def _settings(args: argparse.Namespace) -> dict:
         **common,
         "shapes": ("target", "draft"),
         "target": LoopSettings(
-            lr=args.lr, budget_s=args.minutes * 60, steps=args.target_steps, **common
+            lr=args.lr, budget_s=args.minutes * 60, steps=args.target_steps,
+            max_epochs=args.max_epochs, **common,
         ),
         "draft": LoopSettings(
             lr=args.draft_lr, budget_s=args.draft_minutes * 60, steps=args.draft_steps,
-            warmup=60, eval_every=150, **common,
+            max_epochs=args.max_epochs, warmup=60, eval_every=150, **common,
         ),
         "eval": (args.eval_single, args.eval_multi),
         "val_rows": 64,
         "gen_batch": 128 if str(args.device).startswith("cuda") else 16,
+        "cut_every": args.cut_every,
     }  # fmt: skip
 
 
-def _select_files(smoke: bool) -> tuple[list[SourceFile], list[SourceFile]]:
-    train_files, heldout = split_files(collect_files())
+def _select_files(root: Path | None, smoke: bool) -> tuple[list[SourceFile], list[SourceFile]]:
+    train_files, heldout = split_files(collect_files(root))
     if smoke:
         stride = max(1, len(train_files) // 30)
         small = [f for f in train_files[::stride] if len(f.text) < 40_000][:30]
@@ -196,8 +212,14 @@ def contamination(examples: list[dict], train_files: list[SourceFile]) -> dict:
     return {"multi_in_train_verbatim": hits, "multi_total": len(multi)}
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _interrupt)  # a `timeout` still leaves the log and export
     cfg = _settings(args)
     out: Path = args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -240,7 +262,7 @@ def _run(args: argparse.Namespace, cfg: dict, out: Path, log: dict, mark) -> Non
     if args.device.startswith("cuda"):
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
-    train_files, heldout = _select_files(args.smoke)
+    train_files, heldout = _select_files(args.stdlib, args.smoke)
     held = {f.path for f in heldout}
     (out / "data_files.txt").write_text(
         "".join(
@@ -249,7 +271,7 @@ def _run(args: argparse.Namespace, cfg: dict, out: Path, log: dict, mark) -> Non
         )
     )
     log["data"] = {
-        "stdlib": str(stdlib_root()),
+        "stdlib": str(args.stdlib or stdlib_root()),
         "train_files": len(train_files),
         "train_chars": sum(len(f.text) for f in train_files),
         "heldout_files": len(heldout),
@@ -272,7 +294,9 @@ def _run(args: argparse.Namespace, cfg: dict, out: Path, log: dict, mark) -> Non
         "examples": len(examples),
         "contamination": contamination(examples, train_files),
     }
-    val_rows = epoch_rows(tok, heldout, args.seed + 1, 0, cfg["seq_len"])[: cfg["val_rows"]]
+    cut_every = cfg["cut_every"]
+    val_rows = epoch_rows(tok, heldout, args.seed + 1, 0, cfg["seq_len"], cut_every)
+    val_rows = val_rows[: cfg["val_rows"]]
     log["data"]["heldout_val_tokens"] = val_rows.numel()
     mark("eval_set")
 
@@ -283,7 +307,7 @@ def _run(args: argparse.Namespace, cfg: dict, out: Path, log: dict, mark) -> Non
         model = make_model(make_config(shape, vocab), seed=args.seed)
         params = count_params(model)
         print(f"[{role}] {shape}: {params}", flush=True)
-        stream = EpochStream(tok, train_files, args.seed, cfg["seq_len"])
+        stream = EpochStream(tok, train_files, args.seed, cfg["seq_len"], cut_every)
         try:
             hist = train(role, model, stream, val_rows, cfg[role], args.device, args.seed)
         finally:

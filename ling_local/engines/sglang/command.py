@@ -1,0 +1,150 @@
+"""A profile turned into the real ``python -m sglang.launch_server`` command line and the
+environment of the child process.
+
+The daemon owns the address (127.0.0.1 on a free port), the API key (random per start) and
+the model path; everything else comes from the profile, in the order a person would type it,
+so the Ling profiles reproduce the published recipes flag for flag.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import socket
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ling_local.config import SAFE_GPU_ENV, Profile
+
+__all__ = [
+    "LaunchCommand",
+    "build_command",
+    "child_environment",
+    "free_port",
+    "local_model_dir",
+    "model_context_length",
+    "model_reference",
+    "profile_flags",
+]
+
+HOST = "127.0.0.1"
+#: Set for every child: SGLang's logs reach the file (and the progress display) at once.
+BASE_ENV = {"PYTHONUNBUFFERED": "1"}
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchCommand:
+    argv: list[str]
+    env: dict[str, str]
+    """Only what the daemon adds to (or overrides in) its own environment."""
+    port: int
+    api_key: str
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}"
+
+    def redacted(self) -> str:
+        """The command line as a log line, without the API key."""
+        argv = ["***" if a == self.api_key else a for a in self.argv]
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        return f"{env} {shlex.join(argv)}".strip()
+
+
+def model_reference(profile: Profile, value: str) -> str:
+    """A local directory (absolute) or a Hugging Face id (``org/name``) passed on verbatim,
+    as SGLang accepts both; ``org/name`` that exists on disk next to the profile wins."""
+    path = profile.resolve_path(value)
+    assert path is not None
+    if value.startswith(("builtin:", "/", "~", ".")) or path.exists():
+        return str(path)
+    if value.count("/") == 1 and not Path(value).exists():
+        return value
+    return str(path)
+
+
+def local_model_dir(reference: str) -> Path | None:
+    """The directory holding a model given as a path or a Hugging Face id (in the local
+    hub cache), or None when it is not on this machine yet."""
+    if Path(reference).is_dir():
+        return Path(reference)
+    try:
+        from huggingface_hub import try_to_load_from_cache
+    except ImportError:
+        return None
+    found = try_to_load_from_cache(reference, "config.json")
+    return Path(found).parent if isinstance(found, str) else None
+
+
+def model_context_length(model_dir: Path | None) -> int | None:
+    """The longest sequence a model was built for, from its config.json."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text())  # type: ignore[operator]
+    except (OSError, TypeError, ValueError):
+        return None
+    for key in ("max_position_embeddings", "max_sequence_length", "seq_length", "n_positions"):
+        if isinstance(config.get(key), int):
+            return config[key]
+    return None
+
+
+def profile_flags(profile: Profile) -> list[str]:
+    """The launch_server flags a profile asks for (everything but address, key and model)."""
+    s = profile.sglang
+    flags: list[str] = []
+    if s.tp_size != 1:
+        flags += ["--tp-size", str(s.tp_size)]
+    if s.ep_size is not None:
+        flags += ["--ep-size", str(s.ep_size)]
+    if profile.model.trust_remote_code:
+        flags.append("--trust-remote-code")
+    if s.speculative_algorithm:
+        flags += ["--speculative-algorithm", s.speculative_algorithm]
+        if profile.model.draft_path:
+            draft = model_reference(profile, profile.model.draft_path)
+            flags += ["--speculative-draft-model-path", draft]
+    flags += s.args
+    if s.mem_fraction_static is not None:
+        flags += ["--mem-fraction-static", f"{s.mem_fraction_static:g}"]
+    return flags
+
+
+def build_command(profile: Profile, *, port: int, api_key: str) -> LaunchCommand:
+    python = profile.sglang.python or sys.executable
+    argv = [
+        python,
+        "-m",
+        "sglang.launch_server",
+        "--model-path",
+        model_reference(profile, profile.model.path),
+        *profile_flags(profile),
+        "--host",
+        HOST,
+        "--port",
+        str(port),
+        "--api-key",
+        api_key,
+    ]
+    env = dict(BASE_ENV)
+    env.update(profile.sglang.env)
+    if not profile.sglang.allow_nvlink_multicast:
+        env.update(SAFE_GPU_ENV)
+    return LaunchCommand(argv, env, port, api_key)
+
+
+def child_environment(command: LaunchCommand, base: Mapping[str, str] | None = None) -> dict:
+    """The daemon's environment minus its own settings and secrets, plus the command's."""
+    base = os.environ if base is None else base
+    env = {k: v for k, v in base.items() if not k.startswith("LING_LOCAL_")}
+    env.update(command.env)
+    return env
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now (SGLang binds it a moment later)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((HOST, 0))
+        return sock.getsockname()[1]

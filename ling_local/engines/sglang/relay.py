@@ -1,0 +1,171 @@
+"""One generation through SGLang's native ``/generate`` stream, relayed as `Delta`s.
+
+SGLang streams server-sent events whose ``text`` and ``output_ids`` are cumulative and
+whose ``meta_info`` carries the token counts; with speculation one event may carry many
+tokens, and the last one has the speculation stats. This module keeps the per-event work
+to one JSON parse and two string slices: it runs once per verify step on the token path.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+from ling_local.engines.base import Delta, FinishReason, GenerationRequest, GenerationStats
+from ling_local.engines.detok import StopMatcher
+
+__all__ = ["Flight", "dumps", "generate_payload", "relay_events"]
+
+try:  # orjson (an SGLang dependency) is ~3x faster on the growing output_ids list
+    from orjson import dumps
+    from orjson import loads as _loads
+except ImportError:  # pragma: no cover - depends on the environment
+    _loads = json.loads
+
+    def dumps(obj: object) -> bytes:
+        return json.dumps(obj, separators=(",", ":")).encode()
+
+
+@dataclass(eq=False, slots=True)
+class Flight:
+    """A request in flight inside SGLang: its never-reused rid and what it cost so far."""
+
+    request: GenerationRequest
+    rid: str
+    t_sent: float = field(default_factory=time.perf_counter)
+    t_first: float | None = None
+    t_last: float = 0.0
+    first_tokens: int = 0
+    abort_sent: bool = False
+    stats: GenerationStats = field(default_factory=GenerationStats)
+    finished: bool = False
+
+    def final_stats(self, reason: FinishReason) -> GenerationStats:
+        s = self.stats
+        s.finish_reason = reason
+        s.queue_s = self.request.queue_s
+        if self.t_first is not None:
+            s.ttft_s = self.t_first - self.t_sent
+            if s.completion_tokens > 1 and self.t_last > self.t_first:
+                s.tpot_s = (self.t_last - self.t_first) / (s.completion_tokens - 1)
+        return s
+
+
+def generate_payload(request: GenerationRequest, rid: str, max_new_tokens: int) -> dict:
+    p = request.sampling
+    params: dict = {
+        "max_new_tokens": max_new_tokens,
+        "temperature": p.temperature,
+        "top_p": p.top_p,
+    }
+    if p.stop:
+        params["stop"] = list(p.stop)
+    if p.stop_token_ids:
+        params["stop_token_ids"] = list(p.stop_token_ids)
+    if p.ignore_eos:
+        params["ignore_eos"] = True
+    if p.seed is not None:
+        params["sampling_seed"] = p.seed
+    if request.json_schema is not None:
+        params["json_schema"] = json.dumps(request.json_schema)
+    body: dict = {"sampling_params": params, "stream": True, "rid": rid}
+    if request.prompt_ids is not None:
+        body["input_ids"] = request.prompt_ids
+    else:
+        body["text"] = request.prompt
+    return body
+
+
+def _finish(info: dict | None, flight: Flight) -> tuple[FinishReason, str]:
+    """SGLang's finish_reason -> ours (+ an error message). An abort we asked for (or any
+    abort without a status code, which is how /abort_request ends a request) is a
+    cancellation; an abort with a status code is SGLang refusing or failing the request."""
+    kind = info.get("type") if isinstance(info, dict) else None
+    if kind == "length":
+        return "length", ""
+    if kind == "abort":
+        assert isinstance(info, dict)
+        if flight.abort_sent or flight.request.cancelled or info.get("status_code") is None:
+            return "cancelled", ""
+        return "error", f"SGLang: {info.get('message') or 'aborted'}"
+    return "stop", ""
+
+
+def _last_event(events: list[bytes]) -> tuple[bytes | None, bool]:
+    """(payload of the newest data event, whether [DONE] was seen) among complete events.
+    Text and counts are cumulative, so when the relay fell behind, the newest event says
+    everything the skipped ones did: parsing only it keeps a backlog from growing."""
+    done = False
+    for event in reversed(events):
+        if event.startswith(b"data:"):
+            data = event[5:].strip()
+            if data != b"[DONE]":
+                return data, done
+            done = True
+    return None, done
+
+
+async def relay_events(chunks: AsyncIterator[bytes], flight: Flight) -> AsyncIterator[Delta]:
+    """Deltas from the body of one ``/generate`` event stream; the last one has
+    finish_reason + stats. Raises ValueError with SGLang's message on an error event."""
+    sent = 0  # characters of the cumulative text already relayed
+    stopper = StopMatcher(flight.request.sampling.stop)
+    stopped = False  # a stop string was seen: relay no more text, wait for the finish
+    buffer = b""
+    async for chunk in chunks:
+        if flight.finished:  # reading on to the end returns the connection to the pool
+            continue
+        buffer += chunk
+        end = buffer.rfind(b"\n\n")
+        if end == -1:
+            continue
+        data, done = _last_event(buffer[:end].split(b"\n\n"))
+        buffer = buffer[end + 2 :]
+        if data is None:
+            if done:
+                return
+            continue
+        out = _loads(data)
+        if "error" in out:
+            err = out["error"]
+            raise ValueError(err.get("message", str(err)) if isinstance(err, dict) else err)
+        now = time.perf_counter()
+        meta = out["meta_info"]
+        stats = flight.stats
+        n = meta.get("completion_tokens", stats.completion_tokens)
+        new_tokens = n - stats.completion_tokens
+        stats.completion_tokens = n
+        stats.prompt_tokens = meta.get("prompt_tokens", stats.prompt_tokens)
+        stats.cached_tokens = meta.get("cached_tokens", stats.cached_tokens)
+        text = out.get("text") or ""
+        piece, sent = text[sent:], len(text)
+        if new_tokens > 0:
+            if flight.t_first is None:
+                flight.t_first = now
+            flight.t_last = now
+        finish = meta.get("finish_reason")
+        if not stopped:
+            piece, stopped = stopper.feed(piece)
+        else:
+            piece = ""
+        if finish is None:
+            if piece or new_tokens:
+                yield Delta(piece, new_tokens)
+            if done:
+                return
+            continue
+        if not stopped and not isinstance(finish.get("matched"), str):
+            # Held text is released unless SGLang matched a stop string: then it is the
+            # start of that string (SGLang streams it before it sees the match).
+            piece += stopper.finish()
+        if "spec_verify_ct" in meta:
+            stats.verify_steps = meta["spec_verify_ct"]
+            stats.accept_length = meta.get("spec_accept_length")
+        flight.finished = True
+        reason, error = _finish(finish, flight)
+        # The caller has its last delta at once; only if it asks for more is the rest of
+        # the body ("data: [DONE]") read, so that the keep-alive connection is reused (a
+        # new TCP connection per request costs TTFT).
+        yield Delta(piece, new_tokens, reason, flight.final_stats(reason), error)

@@ -1,0 +1,492 @@
+"""The daemon in front of the real SGLang, on the lent H200: functional check and overhead.
+
+Writes a random-weight Llama-3.2-1B-shaped checkpoint (with a real byte-level BPE
+tokenizer.json), starts `python -m ling_local serve` on a generated sglang profile (the
+daemon starts SGLang as its child with the GPU kit's flags), checks completion, chat, FIM
+and cancellation through the daemon, then times the same kind of requests (512-token
+prompt, 256 new tokens, greedy, batch 1) through the daemon and straight to the child's
+/generate. Prints a table, writes $OUT/gpu_sglang_check.json, stops everything and checks
+that no process is left. Also runs the flag check with the real SGLang.
+
+On the GPU machine (see docs/sglang.md for the one-call command):
+    python3 scripts/gpu_sglang_check.py --kit-site /tmp/site --kit-stubs .sglang-kit/stubs \
+        --daemon-site /tmp/dsite
+On a CPU machine, at toy scale against the protocol-level stand-in (what the tests run):
+    python scripts/gpu_sglang_check.py --standin --shape tiny --runs 3 --prompt-tokens 64 \
+        --new-tokens 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+KIT_FLAGS = [
+    "--attention-backend",
+    "triton",
+    "--sampling-backend",
+    "pytorch",
+    "--grammar-backend",
+    "none",
+    "--disable-piecewise-cuda-graph",
+    "--cuda-graph-max-bs",
+    "4",
+]
+RESULT: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "checks": {}}
+
+
+def record(key: str, value) -> None:
+    RESULT[key] = value
+    out = Path(os.environ.get("OUT") or tempfile.gettempdir()) / "gpu_sglang_check.json"
+    out.write_text(json.dumps(RESULT, indent=1, default=str))
+
+
+def check(name: str, ok: bool, detail: str = "") -> bool:
+    RESULT["checks"][name] = {"ok": bool(ok), "detail": detail}
+    record("checks", RESULT["checks"])
+    print(f"[{'ok' if ok else 'FAIL'}] {name}: {detail}", flush=True)
+    return ok
+
+
+# ----------------------------------------------------------------------------- model
+def corpus_texts(limit_bytes: int) -> list[str]:
+    """Python's own standard library: real code to train a real BPE vocabulary on."""
+    texts, size = [], 0
+    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).rglob("*.py")):
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            continue
+        texts.append(text)
+        size += len(text)
+        if size > limit_bytes:
+            break
+    return texts
+
+
+def build_model(path: Path, shape: str, device: str) -> dict:
+    from ling_local.bench.random_model import build_random_llama, build_tokenizer
+
+    if (path / "config.json").is_file():
+        return json.loads((path / "config.json").read_text())
+    t0 = time.time()
+    if shape == "1b":
+        build_random_llama(
+            path,
+            vocab_size=32000,
+            hidden_size=2048,
+            intermediate_size=8192,
+            num_layers=16,
+            num_heads=32,
+            num_kv_heads=8,
+            dtype="bfloat16",
+            device=device,
+        )
+        build_tokenizer(32000, corpus_texts(6_000_000)).save_pretrained(path)
+    else:
+        build_random_llama(path, vocab_size=1024, hidden_size=64, num_layers=2)
+    config = json.loads((path / "config.json").read_text())
+    record(
+        "model",
+        {
+            "shape": shape,
+            "dir": str(path),
+            "seconds": round(time.time() - t0, 1),
+            "bytes": sum(p.stat().st_size for p in path.glob("*.safetensors")),
+        },
+    )
+    return config
+
+
+def write_profile(path: Path, model: Path, args: argparse.Namespace) -> Path:
+    if args.standin:
+        child_path = f"{REPO / 'tests' / 'sglang_shim'}{os.pathsep}{REPO}"
+        env = {"PYTHONPATH": child_path, "STANDIN_TOKEN_S": "0.002"}
+        sglang_args: list[str] = []
+        mem = ""
+    else:
+        env = {
+            "PYTHONPATH": os.pathsep.join(filter(None, [args.kit_site, args.kit_stubs])),
+            "SGLANG_IS_FLASHINFER_AVAILABLE": "false",
+        }
+        sglang_args = KIT_FLAGS
+        mem = "mem_fraction_static = 0.5\n"
+    env_toml = ", ".join(f"{k} = {json.dumps(v)}" for k, v in env.items())
+    path.write_text(
+        'name = "gpu-check"\n[engine]\nkind = "sglang"\nwarmup = true\n'
+        f'[model]\npath = {json.dumps(str(model))}\nname = "gpu-check"\ncontext_length = 4096\n'
+        '[prompt]\nchat_template = "plain"\n[limits]\nmax_tokens = 4096\n'
+        f"[sglang]\npython = {json.dumps(sys.executable)}\n{mem}"
+        f"args = {json.dumps(sglang_args)}\nenv = {{ {env_toml} }}\n"
+        "startup_timeout_s = 420\n"
+    )
+    return path
+
+
+# ----------------------------------------------------------------------------- daemon
+class Daemon:
+    def __init__(self, profile: Path, home: Path, daemon_site: str | None, log: Path) -> None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LING_LOCAL_")}
+        env.update(
+            LING_LOCAL_HOME=str(home),
+            PYTHONUNBUFFERED="1",
+            PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), daemon_site])),
+        )
+        self.home, self.log = home, log
+        with open(log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "ling_local",
+                    "serve",
+                    "--profile",
+                    str(profile),
+                    "--port",
+                    "0",
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=REPO,
+            )
+        self.url = self.token = ""
+
+    def wait_ready(self, timeout: float) -> None:
+        deadline, last = time.time() + timeout, 0.0
+        runtime = self.home / "run" / "daemon.json"
+        while time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"the daemon exited ({self.proc.returncode})")
+            if not self.url and runtime.is_file():
+                self.url = json.loads(runtime.read_text())["url"]
+                self.token = (self.home / "config" / "token").read_text().strip()
+            if self.url:
+                health = httpx.get(self.url + "/health", timeout=5).json()
+                if health["state"] == "ready":
+                    return
+                if health["state"] == "failed":
+                    raise RuntimeError(f"engine failed: {health['detail']}")
+                if time.time() - last > 5:
+                    print(f"  daemon: {health['state']}: {health['detail'][:160]}", flush=True)
+                    last = time.time()
+            time.sleep(0.25)
+        raise RuntimeError(f"not ready after {timeout:.0f}s")
+
+    def child(self) -> dict:
+        return json.loads((self.home / "run" / "sglang.json").read_text())
+
+    def stop(self) -> int | None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        return self.proc.returncode
+
+
+# ----------------------------------------------------------------------------- timing
+def timed_stream(http: httpx.Client, url: str, body: dict, headers: dict) -> dict:
+    """Client-side timing of one SSE stream: TTFT = first token event, TPOT = (last - first)
+    / (n - 1) as sglang.bench_serving defines them."""
+    stamps: list[float] = []
+    n = 0
+    t0 = time.perf_counter()
+    with http.stream("POST", url, json=body, headers=headers) as response:
+        if response.status_code != 200:
+            raise RuntimeError(f"{url}: HTTP {response.status_code}: {response.read()[:500]!r}")
+        buffer = b""
+        for chunk in response.iter_raw():
+            now = time.perf_counter()
+            buffer += chunk
+            while (end := buffer.find(b"\n\n")) != -1:
+                event, buffer = buffer[:end], buffer[end + 2 :]
+                data = event[5:].strip()
+                if not event.startswith(b"data:") or data == b"[DONE]":
+                    continue
+                out = json.loads(data)
+                if "meta_info" in out:  # SGLang's /generate
+                    n = out["meta_info"]["completion_tokens"]
+                    stamps.append(now)
+                elif out.get("choices"):  # the daemon's OpenAI stream
+                    stamps.append(now)
+                elif out.get("usage"):
+                    n = out["usage"]["completion_tokens"]
+    return {"ttft": stamps[0] - t0, "tpot": (stamps[-1] - stamps[0]) / max(1, n - 1), "n": n}
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure(daemon: Daemon, args: argparse.Namespace, vocab: int) -> dict:
+    child = daemon.child()
+    rng = random.Random(0)
+    d_headers = {"Authorization": f"Bearer {daemon.token}"}
+    s_headers = {"Authorization": f"Bearer {child['api_key']}"}
+    results: dict = {}
+    words = " ".join(corpus_texts(200_000)).split()
+    with httpx.Client(timeout=120, trust_env=False) as http:
+        for mode in ("ids", "text"):
+            cpu0 = cpu_seconds(daemon.proc.pid)
+            rows: dict[str, list[dict]] = {"daemon": [], "sglang": []}
+            for i in range(args.runs + 2):
+                if mode == "ids":
+                    prompts = [
+                        [rng.randrange(5, vocab) for _ in range(args.prompt_tokens)]
+                        for _ in range(2)
+                    ]
+                else:
+                    start = rng.randrange(0, len(words) - args.prompt_tokens)
+                    prompts = [
+                        f"# {i} {side}\n" + " ".join(words[start : start + args.prompt_tokens // 2])
+                        for side in (0, 1)
+                    ]
+                d_body = {
+                    "prompt": prompts[0],
+                    "max_tokens": args.new_tokens,
+                    "temperature": 0,
+                    "ignore_eos": True,
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                }
+                key = "input_ids" if mode == "ids" else "text"
+                s_body = {
+                    key: prompts[1],
+                    "stream": True,
+                    "rid": uuid.uuid4().hex,
+                    "sampling_params": {
+                        "max_new_tokens": args.new_tokens,
+                        "temperature": 0,
+                        "ignore_eos": True,
+                    },
+                }
+                order = [
+                    ("daemon", daemon.url + "/v1/completions", d_body, d_headers),
+                    ("sglang", child["url"] + "/generate", s_body, s_headers),
+                ]
+                for side, url, body, headers in order if i % 2 else order[::-1]:
+                    row = timed_stream(http, url, body, headers)
+                    if i >= 2:  # the first two rounds warm both paths up
+                        rows[side].append(row)
+            summary = {}
+            for side, values in rows.items():
+                summary[side] = {
+                    "ttft_ms": round(statistics.median(r["ttft"] for r in values) * 1e3, 3),
+                    "tpot_ms": round(statistics.median(r["tpot"] for r in values) * 1e3, 4),
+                    "tokens": values[0]["n"],
+                }
+            d, s = summary["daemon"], summary["sglang"]
+            summary["ttft_overhead_ms"] = round(d["ttft_ms"] - s["ttft_ms"], 3)
+            summary["tpot_overhead_pct"] = round(100 * (d["tpot_ms"] / s["tpot_ms"] - 1), 2)
+            # CPU the daemon spent (it idles during the direct runs): per request and token.
+            cpu = cpu_seconds(daemon.proc.pid) - cpu0
+            n_requests = args.runs + 2
+            summary["daemon_cpu_ms_per_request"] = round(cpu * 1e3 / n_requests, 2)
+            summary["daemon_cpu_us_per_token"] = round(
+                cpu * 1e6 / (n_requests * args.new_tokens), 1
+            )
+            results[mode] = summary
+            record("overhead", results)
+    return results
+
+
+def print_table(results: dict, args: argparse.Namespace) -> None:
+    print(
+        f"\nbatch 1, {args.prompt_tokens}-token prompt, {args.new_tokens} new tokens, "
+        f"greedy, median of {args.runs}"
+    )
+    print(f"{'prompt':8} {'path':8} {'TTFT ms':>9} {'TPOT ms':>9}")
+    for mode, r in results.items():
+        for side in ("sglang", "daemon"):
+            print(f"{mode:8} {side:8} {r[side]['ttft_ms']:9.2f} {r[side]['tpot_ms']:9.3f}")
+        print(
+            f"{mode:8} {'added':8} {r['ttft_overhead_ms']:9.2f} {r['tpot_overhead_pct']:8.2f}%"
+            f"   daemon CPU {r['daemon_cpu_ms_per_request']} ms/request, "
+            f"{r['daemon_cpu_us_per_token']} us/token"
+        )
+
+
+# ----------------------------------------------------------------------------- checks
+def functional_checks(daemon: Daemon) -> None:
+    from ling_local.client import Client
+
+    child = daemon.child()
+    with Client(daemon.url, daemon.token) as client:
+        out = client.complete("def fibonacci(n):\n", max_tokens=16)
+        check(
+            "completion",
+            out.finish_reason in ("stop", "length") and out.usage.prompt_tokens > 0,
+            f"{out.usage.completion_tokens} tokens, finish {out.finish_reason}, "
+            f"ttft {out.timings.ttft_ms if out.timings else None} ms",
+        )
+        fim = client.complete("x = 1\n", suffix="\nprint(x)\n", max_tokens=8)
+        check(
+            "fim",
+            fim.usage.prompt_tokens > out.usage.prompt_tokens // 4,
+            f"{fim.usage.prompt_tokens} prompt tokens",
+        )
+        with client.stream_chat(
+            [{"role": "user", "content": "Write a sort function."}], max_tokens=16
+        ) as stream:
+            chunks = sum(1 for _ in stream)
+        check(
+            "chat",
+            stream.finish_reason in ("stop", "length"),
+            f"{chunks} chunks, finish {stream.finish_reason}",
+        )
+        with client.stream_complete("while True:\n", max_tokens=2000, ignore_eos=True) as s:
+            for i, _ in enumerate(s):
+                if i == 4:
+                    break
+        t0 = time.perf_counter()
+        load = None
+        while time.perf_counter() - t0 < 10:
+            load = httpx.get(
+                child["url"] + "/get_load",
+                timeout=5,
+                trust_env=False,
+                headers={"Authorization": f"Bearer {child['api_key']}"},
+            ).json()
+            if sum(x.get("num_reqs", 0) for x in load) == 0:
+                break
+            time.sleep(0.01)
+        idle = time.perf_counter() - t0
+        # SGLang aborts a disconnected stream only after ~2 s; ours is explicit and at once.
+        check("cancellation", idle < 1.5, f"SGLang idle {idle * 1e3:.0f} ms after the close")
+
+
+def flag_check(args: argparse.Namespace) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LING_LOCAL_")}
+    env["PYTHONPATH"] = os.pathsep.join(
+        filter(None, [args.kit_site, args.kit_stubs, str(REPO), args.daemon_site])
+    )
+    env["SGLANG_IS_FLASHINFER_AVAILABLE"] = "false"
+    out = subprocess.run(
+        [sys.executable, str(REPO / "tests" / "sglang" / "flagcheck.py")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    rows = [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    record("flag_check", rows or out.stderr[-2000:])
+    check(
+        "flag check",
+        bool(rows) and all(r["ok"] for r in rows),
+        "; ".join(f"{r['profile']}: {'ok' if r['ok'] else r['error']}" for r in rows)
+        or out.stderr.strip()[-300:],
+    )
+
+
+def _ancestors() -> set[int]:
+    pids, pid = set(), os.getpid()
+    while pid > 1:
+        pids.add(pid)
+        pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return pids
+
+
+def leftovers(pgid: int | None, markers: tuple[str, ...]) -> list[str]:
+    """Processes this run started that are still alive: anything in SGLang's process group
+    and anything whose command line names this run's profile or model directory (so
+    another user's daemon on a shared machine is never touched), minus our ancestors."""
+    mine = _ancestors()
+    out = subprocess.run(["ps", "-eo", "pid=,pgid=,stat=,args="], capture_output=True, text=True)
+    found = []
+    for line in out.stdout.splitlines():
+        pid, group, stat, cmd = line.split(None, 3)
+        if int(pid) in mine or stat.startswith("Z"):
+            continue
+        if (pgid is not None and int(group) == pgid) or any(m in cmd for m in markers):
+            found.append(line.strip())
+    return found
+
+
+def main() -> int:
+    cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cli.add_argument("--standin", action="store_true", help="use the test stand-in (CPU)")
+    cli.add_argument("--shape", choices=["1b", "tiny"], default="1b")
+    cli.add_argument("--model-dir", type=Path, default=Path("/tmp/ling-gpu-check-model"))
+    cli.add_argument("--kit-site", help="PYTHONPATH entries of the SGLang kit")
+    cli.add_argument("--kit-stubs")
+    cli.add_argument("--daemon-site", help="extra PYTHONPATH for the daemon process only")
+    cli.add_argument("--runs", type=int, default=10)
+    cli.add_argument("--prompt-tokens", type=int, default=512)
+    cli.add_argument("--new-tokens", type=int, default=256)
+    args = cli.parse_args()
+    args.model_dir = args.model_dir.resolve()
+    if args.daemon_site:  # the same library versions as the daemon it talks to
+        sys.path.insert(1, args.daemon_site)
+    device = "cpu" if args.standin else "cuda"
+    record("args", vars(args))
+    config = build_model(args.model_dir, args.shape, device)
+    work = Path(tempfile.mkdtemp(prefix="ling-gpu-check-"))
+    out_dir = Path(os.environ.get("OUT") or work)
+    profile = write_profile(work / "gpu-check.toml", args.model_dir, args)
+    daemon = Daemon(profile, work / "home", args.daemon_site, out_dir / "daemon.log")
+    pgid = None
+    ok = False
+    try:
+        t0 = time.time()
+        daemon.wait_ready(480)
+        record("daemon_ready_s", round(time.time() - t0, 1))
+        pgid = daemon.child()["pid"]
+        print(f"daemon ready after {RESULT['daemon_ready_s']}s: {daemon.url}", flush=True)
+        functional_checks(daemon)
+        from tokenizers import Tokenizer
+
+        tokens = Tokenizer.from_file(str(args.model_dir / "tokenizer.json")).get_vocab_size()
+        record("vocab", {"model": config["vocab_size"], "tokenizer": tokens})
+        results = measure(daemon, args, min(tokens, config["vocab_size"]))
+        print_table(results, args)
+        ids = results["ids"]
+        ok = all(c["ok"] for c in RESULT["checks"].values())
+        if not args.standin:
+            ok &= check(
+                "TPOT overhead < 2 %", ids["tpot_overhead_pct"] < 2, f"{ids['tpot_overhead_pct']} %"
+            )
+            ok &= check(
+                "TTFT overhead < 1 ms", ids["ttft_overhead_ms"] < 1, f"{ids['ttft_overhead_ms']} ms"
+            )
+    except Exception as err:  # report, then still stop everything below
+        check("run", False, f"{type(err).__name__}: {err}")
+        print(daemon.log.read_text()[-4000:], flush=True)
+    finally:
+        rc = daemon.stop()
+        log = work / "home" / "state" / "logs" / "sglang-gpu-check.log"
+        if log.is_file() and out_dir != work:
+            (out_dir / "sglang.log").write_text(log.read_text()[-2_000_000:])
+        time.sleep(1)
+        left = leftovers(pgid, (str(profile), f"--model-path {args.model_dir}"))
+        for line in left:  # ours: started by this script's daemon
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+        ok &= check("no orphans", not left, f"daemon exit {rc}; left: {left}")
+    if not args.standin:
+        flag_check(args)
+        ok &= RESULT["checks"]["flag check"]["ok"]
+    record("ok", ok)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

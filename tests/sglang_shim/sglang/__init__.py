@@ -1,0 +1,1 @@
+"""Test shim: makes ``python -m sglang.launch_server`` run tests/sglang_standin.py."""

@@ -1,0 +1,1 @@
+"""The TUI's widgets; each module holds one widget and its small helpers."""
