@@ -142,6 +142,8 @@ class Target:
         try:
             if self.backend == "sglang":
                 r = await client.get("/get_model_info")
+                if r.status_code == 404:  # not every SGLang-like server has it
+                    return {}
                 r.raise_for_status()
                 data = r.json()
                 return {"model": data.get("model_path"), "tokenizer": data.get("tokenizer_path")}

@@ -1,6 +1,6 @@
-"""`bench serve --backend sglang` against a protocol-level stand-in for SGLang's native
-/generate, written here from shared/reference/sglang.md (no SGLang stand-in was on main when
-this was written): SSE events ``data: {"text", "output_ids", "meta_info"}`` with cumulative
+"""`bench serve --backend sglang` against the project's SGLang stand-in
+(tests/sglang_standin.py, which reached main late in this work) and against a minimal one
+written here from shared/reference/sglang.md, whose token pattern the assertions know: SSE events ``data: {"text", "output_ids", "meta_info"}`` with cumulative
 text, several tokens per event when speculating, speculation stats and a finish_reason
 object on the last event, ``data: [DONE]``, and ``--api-key`` on everything but /health."""
 
@@ -8,11 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import socket
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import httpx
 import pytest
 import uvicorn
 from starlette.applications import Starlette
@@ -22,6 +28,7 @@ from starlette.routing import Route
 
 from ling_local.bench.serve import ServeConfig, run_serve
 from ling_local.errors import DaemonUnavailable
+from tests.support import REPO
 
 API_KEY = "sglang-test-key"
 ACCEPTS = (3, 2, 4)
@@ -147,3 +154,56 @@ def test_sglang_backend_without_the_key_fails_clearly(sglang, monkeypatch) -> No
     cfg = ServeConfig(backend="sglang", base_url=url, input_len=8, output_len=4, num_prompts=1)
     with pytest.raises(DaemonUnavailable, match="401"):
         run_serve(cfg, progress=False)
+
+
+@pytest.fixture(scope="module")
+def shared_standin(model_dir) -> Iterator[str]:
+    """The project's SGLang stand-in (tests/sglang_standin.py), launched the way the daemon
+    launches SGLang: ``python -m sglang.launch_server`` with the shim first on the path."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = dict(os.environ, STANDIN_LOAD_S="0", STANDIN_TOKEN_S="0.002")
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "tests" / "sglang_shim"), str(REPO)])
+    cmd = [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model_dir)]
+    cmd += ["--port", str(port), "--api-key", API_KEY, "--speculative-algorithm", "DSPARK"]
+    proc = subprocess.Popen(
+        cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/health", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.05)
+        else:
+            raise RuntimeError("the SGLang stand-in did not start")
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)  # the stand-in starts a worker in its group
+        proc.wait(10)
+
+
+def test_sglang_backend_against_the_project_standin(shared_standin, model_dir) -> None:
+    cfg = ServeConfig(
+        backend="sglang",
+        base_url=shared_standin,
+        api_key=API_KEY,
+        input_len=32,
+        output_len=16,
+        num_prompts=2,
+        tokenizer=str(model_dir),  # no /get_model_info there: the vocabulary from here
+    )
+    result = run_serve(cfg, progress=False)
+    run = result.runs[0]
+    assert (run.completed, run.failed) == (2, 0)
+    assert result.target["vocab_from"] == f"tokenizer {model_dir}"
+    for r in run.requests:
+        assert r["output_len"] == 16 and r["prompt_len"] == 32
+        assert 1 < r["chunks"] < 16  # several tokens per event: it speculates
+        assert r["accept_length"] == pytest.approx(16 / r["chunks"])  # one event per step
+    assert run.itl_ms.n < 2 * 16 and run.accept_length > 1
