@@ -1,8 +1,9 @@
 """`bench serve --backend sglang` against the project's SGLang stand-in
 (tests/sglang_standin.py, which reached main late in this work) and against a minimal one
-written here from shared/reference/sglang.md, whose token pattern the assertions know: SSE events ``data: {"text", "output_ids", "meta_info"}`` with cumulative
-text, several tokens per event when speculating, speculation stats and a finish_reason
-object on the last event, ``data: [DONE]``, and ``--api-key`` on everything but /health."""
+written here from shared/reference/sglang.md, whose token pattern the assertions know:
+SSE events ``data: {"text", "output_ids", "meta_info"}`` with cumulative text, several
+tokens per event when speculating, speculation stats and a finish_reason object on the last
+event, ``data: [DONE]``, and ``--api-key`` on everything but /health."""
 
 from __future__ import annotations
 
