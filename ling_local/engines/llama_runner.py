@@ -15,7 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ling_local.engines.quant import int8_available, linear, quantize_int8
+from ling_local.engines.quant import RescoredHead, int8_available, linear, quantize_int8
 
 __all__ = ["KVSlot", "LlamaRunner", "LlamaWeights", "supports"]
 
@@ -217,15 +217,14 @@ def forward_tokens(
 
 # --------------------------------------------------------------------------- the runner
 def _quantize(w: LlamaWeights) -> None:
-    """The layers' matmul weights to int8. The output head keeps floating point (bfloat16):
-    int8 there moved greedy choices enough to send the tiny model into loops it otherwise
-    avoids, while int8 layers left every sample we compared unchanged."""
+    """Every matmul weight to int8; the output head's top candidates are rescored in float
+    (see RescoredHead), so greedy choices stay those of the float head."""
     for layer in w.layers:
         layer.wqkv = quantize_int8(layer.wqkv)
         layer.wo = quantize_int8(layer.wo)
         layer.w13 = quantize_int8(layer.w13)
         layer.w2 = quantize_int8(layer.w2)
-    w.lm_head = w.lm_head.to(torch.bfloat16)
+    w.lm_head = RescoredHead(quantize_int8(w.lm_head), w.lm_head)
 
 
 class LlamaRunner:

@@ -14,7 +14,7 @@ from functools import cache
 import torch
 import torch.nn.functional as F
 
-__all__ = ["Int8Weight", "int8_available", "linear", "quantize_int8"]
+__all__ = ["Int8Weight", "RescoredHead", "int8_available", "linear", "quantize_int8"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +33,21 @@ def quantize_int8(weight: torch.Tensor) -> Int8Weight:
     return Int8Weight(q.contiguous(), scales.to(torch.bfloat16))
 
 
+@dataclass(frozen=True, slots=True)
+class RescoredHead:
+    """An output head read as int8, with its top candidates rescored in floating point.
+
+    Greedy decoding only needs the largest logit; int8 gets the shortlist right and the
+    float rows of the shortlist (a few hundred bytes each) make the winner exact, so the
+    output matches the float model while the head costs a quarter of the bytes. (Plain int8
+    in the head moved enough near-ties to send the tiny model into loops.)"""
+
+    approx: Int8Weight
+    exact: torch.Tensor
+    """The float head [vocab, hidden] (for tied weights, the embedding table itself)."""
+    k: int = 16
+
+
 @cache
 def int8_available() -> bool:
     """Whether this torch build has the CPU int8 weight-only matmul."""
@@ -46,12 +61,17 @@ def int8_available() -> bool:
 
 
 def linear(
-    x: torch.Tensor, weight: torch.Tensor | Int8Weight, bias: torch.Tensor | None = None
+    x: torch.Tensor,
+    weight: torch.Tensor | Int8Weight | RescoredHead,
+    bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """F.linear for float weights, the int8 kernel for quantized ones. x: [T, in]."""
+    if isinstance(weight, RescoredHead):
+        logits = linear(x, weight.approx)
+        top = logits.topk(weight.k, dim=-1).indices  # [T, k]
+        exact = torch.einsum("th,tkh->tk", x, weight.exact[top].to(x.dtype))
+        return logits.scatter_(-1, top, exact)
     if not isinstance(weight, Int8Weight):
-        if weight.dtype != x.dtype:  # a float weight kept in a narrower type
-            return F.linear(x.to(weight.dtype), weight, bias).to(x.dtype)
         return F.linear(x, weight, bias)
     y = torch.ops.aten._weight_int8pack_mm(x.to(torch.bfloat16), weight.q, weight.scales)
     y = y.to(x.dtype)
