@@ -47,7 +47,10 @@ class EngineSettings(_Section):
     """Which engine serves the model: the embedded PyTorch engine, a managed SGLang child,
     or an OpenAI-compatible server the user already runs."""
     threads: int | None = Field(default=None, ge=1)
-    """CPU threads for the embedded engine (default: all cores)."""
+    """CPU threads while decoding (default: all cores). One token per step is memory-bound,
+    and idle OpenMP threads spin on the core the daemon's event loop needs: 1 is often best."""
+    prefill_threads: int | None = Field(default=None, ge=1)
+    """CPU threads while processing a prompt, which is compute-bound (default: all cores)."""
     cache_slots: int = Field(default=3, ge=1, le=64)
     """Prefix-cache slots of the embedded engine: completion and chat keep their own KV."""
     speculative: Literal["none", "draft", "prompt_lookup", "auto"] = "none"

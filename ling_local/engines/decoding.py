@@ -46,8 +46,11 @@ class Decoder:
         num_speculative: int = 4,
         compile_graphs: bool = False,
         banned_token_ids: tuple[int, ...] = (),
+        threads: tuple[int, int] | None = None,
     ) -> None:
         self.runner = runner
+        self.threads = threads
+        """(decode, prefill) CPU threads; None leaves torch's setting alone."""
         self.banned = torch.tensor(banned_token_ids, dtype=torch.long, device=runner.device)
         self.cache = cache
         self.draft = draft
@@ -97,7 +100,14 @@ class Decoder:
     def _prefill(self, gen: Generation) -> FinishReason | None:
         slot = gen.slot
         chunk = gen.prompt_ids[gen.fed : gen.fed + PREFILL_CHUNK]
-        logits = self.runner.forward(slot.cache, chunk)
+        if self.threads and self.threads[0] != self.threads[1] and len(chunk) > 1:
+            torch.set_num_threads(self.threads[1])
+            try:
+                logits = self.runner.forward(slot.cache, chunk)
+            finally:
+                torch.set_num_threads(self.threads[0])
+        else:
+            logits = self.runner.forward(slot.cache, chunk)
         slot.ids.extend(chunk)
         gen.fed += len(chunk)
         if gen.fed < len(gen.prompt_ids):

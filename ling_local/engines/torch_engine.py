@@ -89,8 +89,9 @@ class TorchEngine:
 
     def _load(self) -> None:
         settings, engine = self.profile.model, self.profile.engine
-        if engine.threads:
-            torch.set_num_threads(engine.threads)
+        cores = torch.get_num_threads()
+        threads = (engine.threads or cores, engine.prefill_threads or cores)
+        torch.set_num_threads(threads[0])
         device = resolve_device(settings.device)
         dtype = resolve_dtype(settings.dtype, device)
         model_dir = self.profile.resolve_path(settings.path)
@@ -120,6 +121,7 @@ class TorchEngine:
             draft_cache=draft_cache,
             num_speculative=engine.num_speculative_tokens,
             compile_graphs=engine.compile,
+            threads=threads,
             banned_token_ids=PromptBuilder(self.profile.prompt, self.tokenizer).banned_token_ids(),
         )
         log.info(
