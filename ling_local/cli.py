@@ -168,6 +168,21 @@ def bench_quality(
     )
 
 
+@bench_app.command("keystroke")
+def bench_keystroke(
+    profile: ProfileOpt = "tiny",
+    prefix_tokens: Annotated[int, typer.Option(help="tokens of the file already cached")] = 1500,
+    new_prompt_tokens: Annotated[int, typer.Option(help="tokens a keystroke adds")] = 8,
+) -> None:
+    """The editor's case on a profile as shipped: time to the first token when the file so
+    far is cached, against nothing cached; plus decode TPOT through the streaming API."""
+    import json
+
+    from ling_local.bench.engine import keystroke_latency
+
+    typer.echo(json.dumps(keystroke_latency(profile, prefix_tokens, new_prompt_tokens), indent=1))
+
+
 @bench_app.command("engine")
 def bench_engine(
     device: Annotated[str, typer.Option(help="cuda or cpu")] = "cuda",
@@ -184,14 +199,10 @@ def bench_engine(
     variants: Annotated[
         str, typer.Option(help="comma list: eager,graphs,compiled,prompt-lookup")
     ] = "graphs,compiled,prompt-lookup",
-    reuse: Annotated[
-        bool, typer.Option(help="Also time 8 tokens on a reused 1,500-token prefix")
-    ] = False,
 ) -> None:
     """Batch-1 decode of the embedded engine vs transformers and a gpt-fast-style loop."""
-    import json
 
-    from ling_local.bench.engine import reuse_latency, run_engine_bench
+    from ling_local.bench.engine import run_engine_bench
 
     def split(value: str) -> tuple[str, ...]:
         return tuple(v for v in value.split(",") if v)
@@ -207,9 +218,6 @@ def bench_engine(
         variants=split(variants),
     )
     typer.echo(result.markdown())
-    if reuse and model:
-        numbers = reuse_latency(__import__("pathlib").Path(model), device)
-        typer.echo(json.dumps(numbers))
 
 
 @bench_app.command("complete")

@@ -313,42 +313,52 @@ def _time_graph_steps(engine: Any, sizes: tuple[int, ...]) -> dict[int, float]:
     return out
 
 
-def reuse_latency(
-    model_dir: Path, device: str, prefix_tokens: int = 1500, new_tokens: int = 8, repeats: int = 5
+def keystroke_latency(
+    profile_name: str = "tiny",
+    prefix_tokens: int = 1500,
+    new_prompt_tokens: int = 8,
+    decode_tokens: int = 128,
+    repeats: int = 7,
 ) -> dict:
-    """Time to `new_tokens` tokens when all but the last prompt token are cached."""
-    from ling_local.config import profile_from_dict
+    """The editor's case on a profile as shipped: the file so far (`prefix_tokens`) is in
+    the prefix cache and a keystroke adds `new_prompt_tokens`; how long until the first new
+    token, against the same prompt with nothing cached; plus decode TPOT through the
+    engine's streaming API."""
+    from ling_local.config import load_profile
     from ling_local.engines.torch_engine import TorchEngine
 
-    profile = profile_from_dict(
-        {
-            "name": "bench",
-            "model": {"path": str(model_dir), "device": device},
-            "engine": {"warmup": False},
-        }
-    )
+    profile = load_profile(profile_name)
 
     async def main() -> dict:
         engine = TorchEngine(profile)
         await engine.start()
         source = (Path(__file__).resolve().parents[1] / "scheduler.py").read_text() * 8
-        ids = engine.tokenize(source)[:prefix_tokens]
-        t0 = time.perf_counter()
-        await _engine_stream(engine, ids, new_tokens)
-        cold = time.perf_counter() - t0
-        warm = []
+        ids = engine.tokenize(source)
+        n = prefix_tokens
+        cold, warm, tpot = [], [], []
         for i in range(repeats):
-            t0 = time.perf_counter()
-            _, _, stats = await _engine_stream(engine, [*ids, 100 + i], new_tokens)
-            warm.append(time.perf_counter() - t0)
-            assert stats.cached_tokens >= prefix_tokens
+            prompt = ids[: n + new_prompt_tokens * (i + 1)]
+            engine.decoder.cache.clear()
+            stamps, _, stats = await _engine_stream(engine, prompt, 1)
+            cold.append(stats.ttft_s * 1e3)
+            engine.decoder.cache.clear()
+            await _engine_stream(engine, prompt[:-new_prompt_tokens], 1)  # the file so far
+            stamps, _, stats = await _engine_stream(engine, prompt, 1)
+            assert stats.cached_tokens >= len(prompt) - new_prompt_tokens
+            warm.append(stats.ttft_s * 1e3)
+        for i in range(3):
+            engine.decoder.cache.clear()
+            stamps, _, _ = await _engine_stream(engine, ids[i * 7 : i * 7 + 256], decode_tokens)
+            tpot.append((stamps[-1] - stamps[0]) / (len(stamps) - 1) * 1e3)
         await engine.stop()
         return {
-            "prefix_tokens": prefix_tokens,
-            "new_tokens": new_tokens,
-            "cold_ms": cold * 1e3,
-            "warm_ms_median": statistics.median(warm) * 1e3,
-            "warm_ms_runs": [w * 1e3 for w in warm],
+            "profile": profile_name,
+            "prefix_tokens": n,
+            "new_prompt_tokens": new_prompt_tokens,
+            "ttft_cold_ms_median": round(statistics.median(cold), 2),
+            "ttft_cached_prefix_ms_median": round(statistics.median(warm), 2),
+            "ttft_cached_prefix_ms_runs": [round(w, 2) for w in warm],
+            "decode_tpot_ms_median_256ctx": round(statistics.median(tpot), 3),
         }
 
     return asyncio.run(main())
