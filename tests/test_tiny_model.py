@@ -94,10 +94,13 @@ def _daemon_path(examples: list[dict]) -> list[str]:
     return daemon_predictor(load_profile("tiny"))(examples)
 
 
-@pytest.mark.parametrize("prefix", [
-    "def fibonacci(n):\n",
-    "class Person:\n    def __init__(self, name, age):\n",
-])
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "def fibonacci(n):\n",
+        "class Person:\n    def __init__(self, name, age):\n",
+    ],
+)
 def test_daemon_path_completes_with_parseable_python(prefix: str) -> None:
     """What `ling-local serve` with the default profile answers to an editor at the end of a
     file: the completion, cut to whole lines, is Python that parses after the prefix."""
