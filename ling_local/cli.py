@@ -178,7 +178,7 @@ def bench_keystroke(
     far is cached, against nothing cached; plus decode TPOT through the streaming API."""
     import json
 
-    from ling_local.bench.engine import keystroke_latency
+    from ling_local.bench.keystroke import keystroke_latency
 
     typer.echo(json.dumps(keystroke_latency(profile, prefix_tokens, new_prompt_tokens), indent=1))
 

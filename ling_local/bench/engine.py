@@ -23,7 +23,14 @@ from typing import Any
 
 import torch
 
-__all__ = ["EngineBenchResult", "run_engine_bench"]
+from ling_local.bench.baselines import (
+    Row,
+    build_bench_model,
+    copy_bandwidth,
+    hf_generate,
+)
+
+__all__ = ["EngineBenchResult", "engine_stream", "run_engine_bench"]
 
 LLAMA_1B = dict(
     vocab_size=128256,
@@ -34,16 +41,6 @@ LLAMA_1B = dict(
     num_kv_heads=8,
     tie_word_embeddings=True,
 )
-
-
-@dataclass
-class Row:
-    name: str
-    tpot_ms: float | None
-    ttft_ms: float | None = None
-    same_tokens: str = ""
-    note: str = ""
-    runs_ms: list[float] = field(default_factory=list)
 
 
 @dataclass
@@ -85,66 +82,6 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize()
 
 
-def copy_bandwidth(device: torch.device, gigabytes: float = 2.0) -> float:
-    """Device-to-device copy, bytes read + written per second."""
-    n = int(gigabytes * 2**30) // 2
-    a = torch.empty(n, dtype=torch.bfloat16, device=device).uniform_()
-    b = torch.empty_like(a)
-    for _ in range(3):
-        b.copy_(a)
-    _sync(device)
-    t0 = time.perf_counter()
-    reps = 10
-    for _ in range(reps):
-        b.copy_(a)
-    _sync(device)
-    seconds = (time.perf_counter() - t0) / reps
-    del a, b
-    return 2 * n * 2 / seconds
-
-
-def word_tokenizer(vocab: int):
-    """A word-level tokenizer covering every id (random models emit any id)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-    from transformers import PreTrainedTokenizerFast
-
-    words = {f"t{i}": i for i in range(vocab)}
-    tok = Tokenizer(models.WordLevel(words, unk_token="t0"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.decoder = decoders.WordPiece(prefix="##")
-    return PreTrainedTokenizerFast(
-        tokenizer_object=tok, eos_token="t2", unk_token="t0", pad_token="t0", bos_token="t1"
-    )
-
-
-def build_bench_model(path: Path, device: torch.device, shape: dict) -> Path:
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    if (path / "config.json").is_file():
-        return path
-    config = LlamaConfig(
-        vocab_size=shape["vocab_size"],
-        hidden_size=shape["hidden_size"],
-        intermediate_size=shape["intermediate_size"],
-        num_hidden_layers=shape["num_layers"],
-        num_attention_heads=shape["num_heads"],
-        num_key_value_heads=shape["num_kv_heads"],
-        max_position_embeddings=4096,
-        tie_word_embeddings=shape["tie_word_embeddings"],
-        rope_theta=500000.0,
-        bos_token_id=1,
-        eos_token_id=2,
-        pad_token_id=0,
-    )
-    torch.manual_seed(0)
-    with torch.device(device):
-        model = LlamaForCausalLM(config).to(torch.bfloat16)
-    model.save_pretrained(path)
-    word_tokenizer(shape["vocab_size"]).save_pretrained(path)
-    del model
-    return path
-
-
 def _matching(reference: list[int] | None, tokens: list[int]) -> str:
     if reference is None:
         return ""
@@ -154,61 +91,7 @@ def _matching(reference: list[int] | None, tokens: list[int]) -> str:
     return f"{n}/{len(reference)}"
 
 
-# --------------------------------------------------------------------------- baselines
-class _Stamps:
-    """A transformers streamer that only records when each new token arrives."""
-
-    def __init__(self) -> None:
-        self.times: list[float] = []
-        self._prompt_seen = False
-
-    def put(self, value: torch.Tensor) -> None:
-        if not self._prompt_seen:  # generate() hands the prompt over first
-            self._prompt_seen = True
-            return
-        self.times.append(time.perf_counter())
-
-    def end(self) -> None:
-        pass
-
-
-def hf_generate(
-    model: Any, prompt: list[int], new_tokens: int, repeats: int, static: bool = False
-) -> tuple[Row, list[int]]:
-    """transformers' own generate loop; token times from a streamer (generate syncs every
-    step anyway to check its stopping criteria)."""
-    ids = torch.tensor([prompt], device=model.device)
-    kw: dict[str, Any] = dict(
-        do_sample=False, max_new_tokens=new_tokens, min_new_tokens=new_tokens, pad_token_id=0
-    )
-    if static:
-        kw["cache_implementation"] = "static"
-
-    def run() -> tuple[float, float, torch.Tensor]:
-        stamps = _Stamps()
-        _sync(model.device)
-        t0 = time.perf_counter()
-        out = model.generate(ids, streamer=stamps, **kw)
-        times = stamps.times
-        return (times[0] - t0, (times[-1] - times[0]) / (len(times) - 1), out)
-
-    t_warm = time.perf_counter()
-    run()  # warm-up (compiles the static-cache path)
-    warm = time.perf_counter() - t_warm
-    runs = [run() for _ in range(repeats)]
-    tpots = [r[1] * 1e3 for r in runs]
-    name = "transformers generate, static cache" if static else "transformers generate, eager"
-    row = Row(
-        name,
-        statistics.median(tpots),
-        statistics.median(r[0] for r in runs) * 1e3,
-        note=f"warm-up {warm:.0f}s",
-        runs_ms=tpots,
-    )
-    return row, runs[-1][2][0, len(prompt) :].tolist()
-
-
-async def _engine_stream(
+async def engine_stream(
     engine: Any, prompt: list[int], new_tokens: int
 ) -> tuple[list[float], str, Any]:
     from ling_local.engines.base import GenerationRequest, Priority, SamplingParams
@@ -268,12 +151,12 @@ def ours(
         engine = TorchEngine(profile)
         t0 = time.perf_counter()
         await engine.start()
-        await _engine_stream(engine, prompt, min(new_tokens, 32))  # capture/compile
+        await engine_stream(engine, prompt, min(new_tokens, 32))  # capture/compile
         warm = time.perf_counter() - t0
         tpots, ttfts, ids, stats = [], [], [], None
         for _ in range(repeats):
             engine.decoder.cache.clear()  # cold prompt each time, like the baselines
-            stamps, ids, stats = await _engine_stream(engine, prompt, new_tokens)
+            stamps, ids, stats = await engine_stream(engine, prompt, new_tokens)
             ttfts.append(stamps[0] * 1e3)
             tpots.append((stamps[-1] - stamps[0]) / (len(stamps) - 1) * 1e3)
         extra = {"accept_length": stats.accept_length, "verify_steps": stats.verify_steps}
@@ -311,57 +194,6 @@ def _time_graph_steps(engine: Any, sizes: tuple[int, ...]) -> dict[int, float]:
             end.synchronize()
             out[t] = round(start.elapsed_time(end) / 50, 4)
     return out
-
-
-def keystroke_latency(
-    profile_name: str = "tiny",
-    prefix_tokens: int = 1500,
-    new_prompt_tokens: int = 8,
-    decode_tokens: int = 128,
-    repeats: int = 7,
-) -> dict:
-    """The editor's case on a profile as shipped: the file so far (`prefix_tokens`) is in
-    the prefix cache and a keystroke adds `new_prompt_tokens`; how long until the first new
-    token, against the same prompt with nothing cached; plus decode TPOT through the
-    engine's streaming API."""
-    from ling_local.config import load_profile
-    from ling_local.engines.torch_engine import TorchEngine
-
-    profile = load_profile(profile_name)
-
-    async def main() -> dict:
-        engine = TorchEngine(profile)
-        await engine.start()
-        source = (Path(__file__).resolve().parents[1] / "scheduler.py").read_text() * 8
-        ids = engine.tokenize(source)
-        n = prefix_tokens
-        cold, warm, tpot = [], [], []
-        for i in range(repeats):
-            prompt = ids[: n + new_prompt_tokens * (i + 1)]
-            engine.decoder.cache.clear()
-            stamps, _, stats = await _engine_stream(engine, prompt, 1)
-            cold.append(stats.ttft_s * 1e3)
-            engine.decoder.cache.clear()
-            await _engine_stream(engine, prompt[:-new_prompt_tokens], 1)  # the file so far
-            stamps, _, stats = await _engine_stream(engine, prompt, 1)
-            assert stats.cached_tokens >= len(prompt) - new_prompt_tokens
-            warm.append(stats.ttft_s * 1e3)
-        for i in range(3):
-            engine.decoder.cache.clear()
-            stamps, _, _ = await _engine_stream(engine, ids[i * 7 : i * 7 + 256], decode_tokens)
-            tpot.append((stamps[-1] - stamps[0]) / (len(stamps) - 1) * 1e3)
-        await engine.stop()
-        return {
-            "profile": profile_name,
-            "prefix_tokens": n,
-            "new_prompt_tokens": new_prompt_tokens,
-            "ttft_cold_ms_median": round(statistics.median(cold), 2),
-            "ttft_cached_prefix_ms_median": round(statistics.median(warm), 2),
-            "ttft_cached_prefix_ms_runs": [round(w, 2) for w in warm],
-            "decode_tpot_ms_median_256ctx": round(statistics.median(tpot), 3),
-        }
-
-    return asyncio.run(main())
 
 
 # --------------------------------------------------------------------------- main
