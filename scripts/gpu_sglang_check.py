@@ -85,13 +85,14 @@ def build_model(path: Path, shape: str, device: str) -> dict:
     if (path / "config.json").is_file():
         return json.loads((path / "config.json").read_text())
     t0 = time.time()
-    if shape == "1b":
+    if shape in ("1b", "8b"):
+        big = shape == "8b"  # Llama-3.1-8B's shape (issue 9: tensor parallelism)
         build_random_llama(
             path,
             vocab_size=32000,
-            hidden_size=2048,
-            intermediate_size=8192,
-            num_layers=16,
+            hidden_size=4096 if big else 2048,
+            intermediate_size=14336 if big else 8192,
+            num_layers=32 if big else 16,
             num_heads=32,
             num_kv_heads=8,
             dtype="bfloat16",
@@ -132,6 +133,7 @@ def write_profile(path: Path, model: Path, args: argparse.Namespace) -> Path:
         f'[model]\npath = {json.dumps(str(model))}\nname = "gpu-check"\ncontext_length = 4096\n'
         '[prompt]\nchat_template = "plain"\n[limits]\nmax_tokens = 4096\n'
         f"[sglang]\npython = {json.dumps(sys.executable)}\n{mem}"
+        f"tp_size = {getattr(args, 'tp_size', 1)}\n"
         f"args = {json.dumps(sglang_args)}\nenv = {{ {env_toml} }}\n"
         "startup_timeout_s = 420\n"
     )
@@ -425,7 +427,10 @@ def leftovers(pgid: int | None, markers: tuple[str, ...]) -> list[str]:
 def main() -> int:
     cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     cli.add_argument("--standin", action="store_true", help="use the test stand-in (CPU)")
-    cli.add_argument("--shape", choices=["1b", "tiny"], default="1b")
+    cli.add_argument("--shape", choices=["1b", "8b", "tiny"], default="1b")
+    cli.add_argument(
+        "--tp-size", type=int, default=1, help="SGLang tensor parallelism (needs that many GPUs)"
+    )
     cli.add_argument("--model-dir", type=Path, default=Path("/tmp/ling-gpu-check-model"))
     cli.add_argument("--kit-site", help="PYTHONPATH entries of the SGLang kit")
     cli.add_argument("--kit-stubs")
