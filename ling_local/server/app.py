@@ -21,7 +21,8 @@ from ling_local.engines.base import Engine, EngineState
 from ling_local.errors import LingLocalError
 from ling_local.metrics import Metrics
 from ling_local.scheduler import Scheduler
-from ling_local.server.openai_api import router
+from ling_local.server.fastpath import GenerationRoutes
+from ling_local.server.openai_api import describe_validation_error, router
 from ling_local.server.security import BodySizeLimit, SecurityMiddleware
 from ling_local.server.state import DaemonState
 
@@ -35,19 +36,6 @@ def _error(status: int, message: str, error_type: str, param: str | None = None)
     if param is not None:
         body["param"] = param
     return JSONResponse({"error": body}, status_code=status)
-
-
-def _validation_message(err: RequestValidationError) -> tuple[str, str | None]:
-    problems, param = [], None
-    for item in err.errors():
-        loc = [str(p) for p in item.get("loc", ()) if p != "body"]
-        if item.get("type") == "json_invalid":
-            return "the request body is not valid JSON", None
-        field = ".".join(loc)
-        param = param or (loc[0] if loc else None)
-        msg = item.get("msg", "invalid value")
-        problems.append(f"{field}: {msg}" if field else msg)
-    return "; ".join(problems) or "invalid request", param
 
 
 def create_app(
@@ -128,7 +116,7 @@ def create_app(
 
     @app.exception_handler(RequestValidationError)
     async def _bad_request(_: Request, err: RequestValidationError) -> JSONResponse:
-        message, param = _validation_message(err)
+        message, param = describe_validation_error(err.errors())
         return _error(400, message, "invalid_request_error", param)
 
     @app.exception_handler(StarletteHTTPException)
@@ -149,12 +137,24 @@ def create_app(
         log.exception("unexpected error")
         return _error(500, f"internal error: {type(err).__name__}", "server_error")
 
-    # Added last = runs first: refuse foreign hosts and bad tokens before reading bodies.
-    app.add_middleware(BodySizeLimit, max_bytes=profile.limits.max_body_bytes)
-    app.add_middleware(
-        SecurityMiddleware,
-        token=token,
-        allowed_hosts=allowed_hosts,
-        allowed_origins=allowed_origins,
+    # Outside FastAPI's own middleware stack, first to last: refuse foreign hosts and bad
+    # tokens, then oversized bodies, then serve the two generation routes on plain ASGI.
+    asgi = GenerationRoutes(app, daemon)
+    asgi = BodySizeLimit(asgi, max_bytes=profile.limits.max_body_bytes)
+    asgi = SecurityMiddleware(
+        asgi, token=token, allowed_hosts=allowed_hosts, allowed_origins=allowed_origins
     )
-    return app
+    return DaemonApp(app, asgi)
+
+
+class DaemonApp:
+    """The daemon as uvicorn and the tests see it: the middleware chain around FastAPI,
+    with FastAPI's `state` (the DaemonState is `state.daemon`)."""
+
+    def __init__(self, fastapi: FastAPI, asgi: Any) -> None:
+        self.fastapi = fastapi
+        self.state = fastapi.state
+        self._asgi = asgi
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self._asgi(scope, receive, send)

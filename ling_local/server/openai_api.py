@@ -1,4 +1,5 @@
-"""The OpenAI-compatible routes: /v1/models, /v1/completions, /v1/chat/completions.
+"""The OpenAI-compatible API: /v1/models here, and what /v1/completions and
+/v1/chat/completions do with a request (served on plain ASGI by `fastpath`).
 
 The wire format is OpenAI's exactly (SSE ``data:`` lines, ``[DONE]``, ``usage``), so the
 official clients work unchanged. Each response also carries a ``ling`` object with the
@@ -6,17 +7,15 @@ engine's timings (TTFT, TPOT, queue wait, cached tokens, accept length)."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
+from dataclasses import dataclass
 from typing import Any
 
 from fastapi import APIRouter, Request
-from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
 from fastapi.sse import format_sse_event
 from pydantic import ValidationError
 
@@ -25,7 +24,7 @@ from ling_local.errors import GenerationCancelled, LingLocalError, RequestError
 from ling_local.server.schemas import ChatCompletionRequest, CompletionRequest, _Body
 from ling_local.server.state import DaemonState
 
-__all__ = ["router"]
+__all__ = ["Prepared", "collect", "parse_body", "prepare_chat", "prepare_completion", "router"]
 
 router = APIRouter()
 
@@ -81,9 +80,8 @@ async def list_models(request: Request) -> dict[str, Any]:
     }
 
 
-async def _parse(request: Request, model: type[_Body]) -> _Body:
+def parse_body(raw: bytes, model: type[_Body]) -> _Body:
     """Read and validate a JSON body whatever its Content-Type (curl users forget it)."""
-    raw = await request.body()
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
@@ -99,14 +97,40 @@ async def _parse(request: Request, model: type[_Body]) -> _Body:
     try:
         return model.model_validate(data)
     except ValidationError as err:
-        raise RequestValidationError(err.errors()) from None
+        message, param = describe_validation_error(err.errors())
+        raise RequestError(message, param=param) from None
 
 
-@router.post("/v1/completions", response_model=None)
-async def completions(request: Request) -> JSONResponse | StreamingResponse:
-    body = await _parse(request, CompletionRequest)
+def describe_validation_error(errors: list[dict]) -> tuple[str, str | None]:
+    """pydantic's errors as one message naming the fields, and the first field."""
+    problems, param = [], None
+    for item in errors:
+        loc = [str(p) for p in item.get("loc", ()) if p != "body"]
+        if item.get("type") == "json_invalid":
+            return "the request body is not valid JSON", None
+        field = ".".join(loc)
+        param = param or (loc[0] if loc else None)
+        msg = item.get("msg", "invalid value")
+        problems.append(f"{field}: {msg}" if field else msg)
+    return "; ".join(problems) or "invalid request", param
+
+
+@dataclass(slots=True)
+class Prepared:
+    """A validated generation request and how to answer it."""
+
+    gen: GenerationRequest
+    key: str | None
+    stream: bool
+    relay: Callable[[], AsyncIterator[bytes]]
+    """The SSE byte stream (when `stream`)."""
+    answer: Callable[[str, Delta], dict[str, Any]]
+    """The JSON body of a non-streamed answer from the text and the last delta."""
+
+
+def prepare_completion(st: DaemonState, raw: bytes) -> Prepared:
+    body = parse_body(raw, CompletionRequest)
     assert isinstance(body, CompletionRequest)
-    st = _state(request)
     st.check_model(body.model)
     prompts = st.ready_prompts()
     if isinstance(body.prompt, list):  # token ids
@@ -141,18 +165,13 @@ async def completions(request: Request) -> JSONResponse | StreamingResponse:
             "model": st.model_name,
         }
     )[:-1]
-    if body.stream:
-        return _EventStream(
-            _stream_completion(st, gen, body.supersede_key, head, _usage_mode(body)),
-            media_type="text/event-stream",
-            headers=_SSE_HEADERS,
-        )
-    text, last = await _collect(st, gen, body.supersede_key, request)
-    return JSONResponse(
-        {
+    created = int(time.time())
+
+    def answer(text: str, last: Delta) -> dict[str, Any]:
+        return {
             "id": rid,
             "object": "text_completion",
-            "created": int(time.time()),
+            "created": created,
             "model": st.model_name,
             "choices": [
                 {"index": 0, "text": text, "logprobs": None, "finish_reason": last.finish_reason}
@@ -160,14 +179,19 @@ async def completions(request: Request) -> JSONResponse | StreamingResponse:
             "usage": _usage(last.stats),
             "ling": last.stats.as_dict() if last.stats else None,
         }
+
+    return Prepared(
+        gen,
+        body.supersede_key,
+        body.stream,
+        lambda: _stream_completion(st, gen, body.supersede_key, head, _usage_mode(body)),
+        answer,
     )
 
 
-@router.post("/v1/chat/completions", response_model=None)
-async def chat_completions(request: Request) -> JSONResponse | StreamingResponse:
-    body = await _parse(request, ChatCompletionRequest)
+def prepare_chat(st: DaemonState, raw: bytes) -> Prepared:
+    body = parse_body(raw, ChatCompletionRequest)
     assert isinstance(body, ChatCompletionRequest)
-    st = _state(request)
     st.check_model(body.model)
     prompts = st.ready_prompts()
     messages = [
@@ -194,18 +218,13 @@ async def chat_completions(request: Request) -> JSONResponse | StreamingResponse
             "model": st.model_name,
         }
     )[:-1]
-    if body.stream:
-        return _EventStream(
-            _stream_chat(st, gen, body.supersede_key, head, _usage_mode(body)),
-            media_type="text/event-stream",
-            headers=_SSE_HEADERS,
-        )
-    text, last = await _collect(st, gen, body.supersede_key, request)
-    return JSONResponse(
-        {
+    created = int(time.time())
+
+    def answer(text: str, last: Delta) -> dict[str, Any]:
+        return {
             "id": rid,
             "object": "chat.completion",
-            "created": int(time.time()),
+            "created": created,
             "model": st.model_name,
             "choices": [
                 {
@@ -218,64 +237,28 @@ async def chat_completions(request: Request) -> JSONResponse | StreamingResponse
             "usage": _usage(last.stats),
             "ling": last.stats.as_dict() if last.stats else None,
         }
+
+    return Prepared(
+        gen,
+        body.supersede_key,
+        body.stream,
+        lambda: _stream_chat(st, gen, body.supersede_key, head, _usage_mode(body)),
+        answer,
     )
 
 
-class _EventStream(StreamingResponse):
-    """An SSE response that starts the generation before it writes the response headers:
-    the relay's first step (scheduler admission, the engine taking the request) runs, then
-    the headers go out while the engine works on the first token. Starlette's order (headers
-    first, then the first step) put the header write and the client's wake-up before the
-    engine even started, on the critical path of every TTFT."""
-
-    async def stream_response(self, send: Any) -> None:
-        body = aiter(self.body_iterator)
-        first = asyncio.ensure_future(anext(body, None))
-        try:
-            await asyncio.sleep(0)  # let the first step run up to its first wait
-            await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-            chunk = await first
-        finally:
-            if not first.done():  # the client went away during the first step
-                first.cancel()
-        while chunk is not None:
-            await send({"type": "http.response.body", "body": chunk, "more_body": True})
-            chunk = await anext(body, None)
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
 # --------------------------------------------------------------------------- relays
-async def _collect(
-    st: DaemonState, gen: GenerationRequest, key: str | None, request: Request
-) -> tuple[str, Delta]:
-    """Run a non-streamed request; a client that hangs up cancels it in the engine."""
-
-    async def run() -> tuple[str, Delta]:
-        parts: list[str] = []
-        last = Delta("")
-        async with aclosing(st.scheduler.stream(gen, key=key)) as deltas:
-            async for delta in deltas:
-                parts.append(delta.text)
-                last = delta
-        if (err := _finish_error(last)) is not None:
-            raise err
-        return "".join(parts), last
-
-    async def disconnected() -> None:
-        while (await request.receive())["type"] != "http.disconnect":
-            pass
-
-    work = asyncio.ensure_future(run())
-    watch = asyncio.ensure_future(disconnected())
-    try:
-        await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        watch.cancel()
-        if not work.done():
-            work.cancel()
-    if work.cancelled():
-        raise GenerationCancelled("the client disconnected")
-    return work.result()
+async def collect(st: DaemonState, prepared: Prepared) -> tuple[str, Delta]:
+    """Run a non-streamed request to its end; raise when it did not finish normally."""
+    parts: list[str] = []
+    last = Delta("")
+    async with aclosing(st.scheduler.stream(prepared.gen, key=prepared.key)) as deltas:
+        async for delta in deltas:
+            parts.append(delta.text)
+            last = delta
+    if (err := _finish_error(last)) is not None:
+        raise err
+    return "".join(parts), last
 
 
 _USAGE_LAST, _USAGE_EVERY_CHUNK = 1, 2
