@@ -8,7 +8,6 @@ A bad value fails at load time with the field's dotted name in the message.
 from __future__ import annotations
 
 import tomllib
-from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -371,8 +370,3 @@ def load_profile(name_or_path: str | Path = "tiny") -> Profile:
         raise ConfigError(f"cannot read profile {file}: {err}") from None
     data.setdefault("name", file.stem)
     return profile_from_dict(data, source=str(file))
-
-
-def shipped_file(relative: str) -> Path:
-    """A data file shipped inside the package."""
-    return Path(str(resources.files("ling_local") / relative))

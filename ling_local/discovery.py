@@ -14,6 +14,7 @@ from ling_local import paths
 
 __all__ = [
     "DaemonInfo",
+    "daemon_url",
     "ensure_token",
     "read_daemon_info",
     "read_token",

@@ -6,7 +6,7 @@ contain ``<|endoftext|>`` cannot end or re-steer its own prompt.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ling_local.config import PromptSettings
 from ling_local.errors import RequestError
@@ -25,7 +25,6 @@ class BuiltPrompt:
     """Token ids when the daemon has the model's tokenizer."""
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
-    extra: dict = field(default_factory=dict)
     first_token_ids: list[int] | None = None
     """Token healing: what the first generated token may be."""
     heal_text: str = ""
@@ -56,10 +55,6 @@ class PromptBuilder:
     def _fim_tokens(self) -> tuple[str, str, str]:
         s = self.settings
         return (s.fim_prefix, s.fim_suffix, s.fim_middle)
-
-    @property
-    def supports_fim(self) -> bool:
-        return self._fim is not None or self.tokenizer is None
 
     def _stop_ids(self, stops: list[str]) -> tuple[int, ...]:
         if self.tokenizer is None:

@@ -57,6 +57,7 @@ class Scheduler:
         self._queue: list[_Ticket] = []
         self._running: list[_Ticket] = []
         self._by_key: dict[str, _Ticket] = {}
+        self._aborts: set[asyncio.Future] = set()
         self._seq = itertools.count()
 
     # ------------------------------------------------------------------ public
@@ -123,8 +124,10 @@ class Scheduler:
             self.metrics.queued.set(len(self._queue))
             ticket.admitted.set()  # wakes the waiter, which sees the cancel
         elif ticket.running:
+            # Keep a reference: the event loop holds tasks only weakly.
             task = asyncio.ensure_future(_quietly(self.engine.abort(ticket.request)))
-            task.add_done_callback(lambda _: None)
+            self._aborts.add(task)
+            task.add_done_callback(self._aborts.discard)
 
     async def _wait_admitted(self, ticket: _Ticket) -> None:
         try:

@@ -48,10 +48,6 @@ class Schema:
         name = spec.__name__ if isinstance(spec, type) else "answer"
         return cls(adapter.json_schema(), name, adapter)
 
-    @property
-    def is_model(self) -> bool:
-        return self.adapter is not None
-
     def response_format(self) -> dict[str, Any]:
         name = re.sub(r"[^A-Za-z0-9_-]", "_", self.name)[:64] or "answer"
         return {

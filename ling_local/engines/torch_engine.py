@@ -223,7 +223,7 @@ class TorchEngine:
             )
         params = request.sampling
         stop_ids = set(params.stop_token_ids)
-        if params.ignore_eos:  # the prompt builder lists EOS among its stop ids: drop it too
+        if params.ignore_eos:  # past EOS even when a caller listed it among the stop ids
             stop_ids.difference_update(self.tokenizer.eos_token_ids)
         else:
             stop_ids.update(self.tokenizer.eos_token_ids)

@@ -31,9 +31,10 @@ class DaemonState:
 
     def ready_prompts(self) -> PromptBuilder:
         """The prompt builder, once the engine (and so its tokenizer) is up."""
-        state = self.engine.health().state
+        health = self.engine.health()
+        state = health.state
         if state is not EngineState.READY:
-            detail = self.engine.health().detail
+            detail = health.detail
             raise EngineNotReady(f"the engine is {state.value}" + (f": {detail}" if detail else ""))
         if self.prompts is None:
             tokenizer = getattr(self.engine, "tokenizer", None)
