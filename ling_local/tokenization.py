@@ -24,6 +24,32 @@ class TextTokenizer:
         )
         self.eos_token_ids: tuple[int, ...] = self._eos_ids()
         self._by_text: tuple[list[str], list[int]] | None = None
+        self._vocab_size = len(hf_tokenizer)  # len() rebuilds the vocabulary each call
+        self._plain = self._plain_encoder()
+
+    def _plain_encoder(self) -> Any:
+        """A copy of the Rust tokenizer that reads special-token strings as plain text, when
+        it encodes exactly as the wrapper does (checked on a probe). Encoding through it
+        skips transformers' batch machinery: a 2 KB prompt is on the token path of every
+        request, and the wrapper's batch call was the slow part on a many-core machine."""
+        raw = self._raw
+        if raw is None or not hasattr(raw, "encode_special_tokens"):
+            return None
+        try:
+            from tokenizers import Tokenizer
+
+            plain = Tokenizer.from_str(raw.to_str())
+            plain.encode_special_tokens = True
+            plain.no_truncation()
+            plain.no_padding()
+        except Exception:  # an exotic tokenizer: the wrapper stays the only path
+            return None
+        specials = "".join(self.hf.all_special_tokens or ())
+        probe = f"def f(x):\n    return x  # é\t{specials}  \n\n ü€ {specials[:3]}"
+        mine = plain.encode(probe, add_special_tokens=False).ids
+        if mine != self._encode_wrapper(probe):
+            return None
+        return plain
 
     def _eos_ids(self) -> tuple[int, ...]:
         ids = []
@@ -36,7 +62,7 @@ class TextTokenizer:
 
     @property
     def vocab_size(self) -> int:
-        return len(self.hf)
+        return self._vocab_size
 
     @property
     def chat_template(self) -> str | None:
@@ -46,6 +72,11 @@ class TextTokenizer:
         """Token ids of user text; special-token strings inside it stay plain text."""
         if not text:
             return []
+        if self._plain is not None:
+            return self._plain.encode(text, add_special_tokens=False).ids
+        return self._encode_wrapper(text)
+
+    def _encode_wrapper(self, text: str) -> list[int]:
         return self.hf(text, add_special_tokens=False, split_special_tokens=True)["input_ids"]
 
     def encode_with_specials(self, text: str) -> list[int]:

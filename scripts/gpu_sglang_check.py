@@ -149,7 +149,7 @@ class Daemon:
             PYTHONUNBUFFERED="1",
             PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), daemon_site])),
         )
-        self.home, self.log = home, log
+        self.home, self.log, self.env = home, log, env
         with open(log, "wb") as out:
             self.proc = subprocess.Popen(
                 [
@@ -457,6 +457,11 @@ def main() -> int:
         record("daemon_ready_s", round(time.time() - t0, 1))
         pgid = daemon.child()["pid"]
         print(f"daemon ready after {RESULT['daemon_ready_s']}s: {daemon.url}", flush=True)
+        probe = "import importlib.util as u; print([m for m in ('uvloop', 'httptools', 'orjson') if u.find_spec(m)])"
+        stack = subprocess.run(
+            [sys.executable, "-c", probe], env=daemon.env, capture_output=True, text=True
+        )
+        record("daemon_fast_libs", stack.stdout.strip())  # uvicorn's loop/http, the relay's JSON
         functional_checks(daemon)
         from tokenizers import Tokenizer
 

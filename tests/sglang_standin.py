@@ -10,7 +10,7 @@ Tokens come from the model's real tokenizer; their choice is a deterministic has
 Test-only knobs (environment): STANDIN_LOAD_S (time spent "loading"), STANDIN_TOKEN_S
 (time per decode step), STANDIN_FAIL_START (exit during start-up), STANDIN_EOS_AT (emit
 EOS at this step). ``POST /standin/crash`` exits at once (the worker child stays behind,
-as a crashed server's workers can); ``GET /standin/requests`` lists the bodies received.
+as a crashed server's workers can); ``GET /standin/requests`` lists the bodies received (and the client port of each).
 Run through ``tests/sglang_shim/sglang/launch_server.py`` as ``python -m
 sglang.launch_server``.
 """
@@ -79,6 +79,8 @@ class StandIn:
         self.seen_rids: set[str] = set()
         self.prompts: list[list[int]] = []
         self.requests: list[dict] = []
+        self.peers: list[int] = []
+        """The client port of each /generate: which requests shared a connection."""
         self.tasks: set[asyncio.Task] = set()
         self.eos_at = int(os.environ.get("STANDIN_EOS_AT", "0"))
         self.token_s = float(os.environ.get("STANDIN_TOKEN_S", "0.002"))
@@ -214,6 +216,7 @@ class StandIn:
             return JSONResponse({"error": "Unauthorized"}, status_code=401)
         body = await request.json()
         self.requests.append(body)
+        self.peers.append(request.client.port if request.client else 0)
         if not body.get("stream"):
             try:
                 outs = [out async for out in self.generate(body)]
@@ -297,7 +300,9 @@ class StandIn:
     async def requests_route(self, request: Request) -> Response:
         if not self.authorized(request):
             return JSONResponse({"error": "Unauthorized"}, status_code=401)
-        return JSONResponse({"requests": self.requests, "running": list(self.running)})
+        return JSONResponse(
+            {"requests": self.requests, "running": list(self.running), "peers": self.peers}
+        )
 
     def app(self) -> Starlette:
         return Starlette(

@@ -62,6 +62,30 @@ def test_completion_streamed_matches_non_streamed(sgl_daemon: DaemonProcess) -> 
         assert s.result().usage.cached_tokens > 0  # the same prompt again: a prefix-cache hit
 
 
+def test_requests_one_after_another_share_one_connection_to_sglang(
+    sgl_daemon: DaemonProcess,
+) -> None:
+    """The scheduler stops reading at the finishing delta; the daemon still reads the
+    body's tail (off the token path) so the next request reuses the keep-alive connection
+    instead of paying for a new one on its TTFT."""
+    info = child_info(sgl_daemon)
+    standin = httpx.Client(
+        base_url=info["url"],
+        headers={"Authorization": f"Bearer {info['api_key']}"},
+        trust_env=False,
+    )
+    before = len(standin.get("/standin/requests").json()["peers"])
+    body = {"prompt": list(range(5, 200)), "max_tokens": 2, "ignore_eos": True, "stream": True}
+    with sgl_daemon.http() as http:
+        for _ in range(12):
+            with http.stream("POST", "/v1/completions", json=body) as response:
+                assert response.status_code == 200
+                assert response.read().endswith(b"data: [DONE]\n\n")
+    peers = standin.get("/standin/requests").json()["peers"][before:]
+    standin.close()
+    assert len(peers) == 12 and len(set(peers)) == 1, peers
+
+
 def test_fill_in_the_middle_and_chat(sgl_daemon: DaemonProcess) -> None:
     with sgl_daemon.client() as client:
         plain = client.complete("x = 1\n", max_tokens=4)

@@ -89,8 +89,17 @@ async def test_command_palette_offers_the_chat_actions(store_path: Path) -> None
 
 
 # What the TUI may use of ling_local: the client side only (the scripting API included).
-TUI_MAY_IMPORT = ("client", "client_wire", "transport", "config", "errors", "paths", "logs",
-                  "discovery", "agents")
+TUI_MAY_IMPORT = (
+    "client",
+    "client_wire",
+    "transport",
+    "config",
+    "errors",
+    "paths",
+    "logs",
+    "discovery",
+    "agents",
+)
 
 
 def test_the_tui_never_imports_an_engine() -> None:
