@@ -131,7 +131,18 @@ def main() -> int:
     for v in variants:
         t0 = time.perf_counter()
         try:
-            if v in ("eager", "compiled", "autotune"):
+            if v == "unaligned":  # the compiled step without the alignment promise
+                import torch._inductor.config as inductor
+
+                from ling_local.engines import cuda_graphs
+
+                cuda_graphs.step_function(1, True)
+                inductor.assume_aligned_inputs = False
+                torch._dynamo.reset()
+                cuda_graphs._compiled[(1, 1)] = torch.compile(
+                    cuda_graphs._step, fullgraph=True, dynamic=False
+                )
+            if v in ("eager", "compiled", "autotune", "unaligned"):
                 if v == "autotune":  # inductor's own matmul choices, benchmarked per shape
                     from ling_local.engines import cuda_graphs
 

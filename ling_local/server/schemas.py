@@ -89,7 +89,9 @@ class _Common(_Body):
 
 
 class CompletionRequest(_Common):
-    prompt: StrictStr | list[StrictStr] | list[Annotated[int, Field(strict=True, ge=0)]]
+    # Token ids first: pydantic tries the members in order, and a failed list[str] attempt
+    # on a long id list cost more than the whole validation (65 of 90 us for 512 ids).
+    prompt: list[Annotated[int, Field(strict=True, ge=0)]] | StrictStr | list[StrictStr]
     suffix: StrictStr | None = None
     echo: StrictBool = False
     logprobs: Any = None
