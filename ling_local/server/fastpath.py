@@ -96,14 +96,16 @@ async def _until_disconnect(work: asyncio.Future, receive: Receive) -> bool:
 
 async def _stream(prepared: Prepared, receive: Receive, send: Send) -> None:
     relay = prepared.relay()
-    # Start the generation (scheduler admission, the engine taking it) before the headers
-    # go out, so the header write and the client's wake-up overlap the first token.
-    first = asyncio.ensure_future(anext(relay, None))
-    await asyncio.sleep(0)
+    headers: asyncio.Future | None = None
 
     async def pump() -> None:
-        await send(_SSE_START)
-        chunk = await first
+        nonlocal headers
+        # The headers go out from a task of their own, which runs as soon as the relay
+        # first waits (the engine has the request by then): the header write overlaps the
+        # first token, and the first chunk is sent from this task without another hop.
+        headers = asyncio.ensure_future(send(_SSE_START))
+        chunk = await anext(relay, None)
+        await headers
         while chunk is not None:
             await send({"type": "http.response.body", "body": chunk, "more_body": True})
             chunk = await anext(relay, None)
@@ -112,7 +114,8 @@ async def _stream(prepared: Prepared, receive: Receive, send: Send) -> None:
     try:
         await _until_disconnect(asyncio.ensure_future(pump()), receive)
     finally:
-        first.cancel()
+        if headers is not None and not headers.done():
+            headers.cancel()
         await relay.aclose()  # closing the scheduler stream cancels it in the engine
 
 
