@@ -142,16 +142,7 @@ def main() -> int:
                 cuda_graphs._compiled[(1, 1)] = torch.compile(
                     cuda_graphs._step, fullgraph=True, dynamic=False
                 )
-            if v == "mlp3d":
-                from ling_local.engines import cuda_graphs
-
-                cuda_graphs.step_function(1, True)
-                cuda_graphs.MLP_3D = True
-                torch._dynamo.reset()
-                cuda_graphs._compiled[(1, 1)] = torch.compile(
-                    cuda_graphs._step, fullgraph=True, dynamic=False
-                )
-            if v in ("eager", "compiled", "autotune", "unaligned", "mlp3d"):
+            if v in ("eager", "compiled", "autotune", "unaligned"):
                 if v == "autotune":  # inductor's own matmul choices, benchmarked per shape
                     from ling_local.engines import cuda_graphs
 

@@ -25,9 +25,6 @@ from ling_local.engines.llama_runner import (
 __all__ = ["GraphStep", "step_function"]
 
 _compiled: dict[tuple[int, int], Any] = {}
-MLP_3D = False
-"""Feed the MLP a [1, T, hidden] view (gpt-fast's shape) instead of [T, hidden]: an
-experiment on which down-projection kernel inductor's tuning settles on."""
 
 
 def _step(
@@ -56,7 +53,7 @@ def _step(
             return kc, vc, mask
 
         x = x + attention_block(w, layer, x, cos, sin, write, read)
-        x = x + (mlp_block(w, layer, x[None])[0] if MLP_3D else mlp_block(w, layer, x))
+        x = x + mlp_block(w, layer, x)
     logits = F.linear(rms_norm(x, w.norm, w.eps), w.lm_head)
     logits = logits.index_fill(-1, banned, float("-inf"))
     return logits, logits.argmax(dim=-1)
