@@ -83,7 +83,10 @@ def test_requests_one_after_another_share_one_connection_to_sglang(
                 assert response.read().endswith(b"data: [DONE]\n\n")
     peers = standin.get("/standin/requests").json()["peers"][before:]
     standin.close()
-    assert len(peers) == 12 and len(set(peers)) == 1, peers
+    # Reused, not one per request (a drain still running when the next request comes can
+    # add one connection to the pool under load; closing them unread made ~every second
+    # request connect anew).
+    assert len(peers) == 12 and len(set(peers)) <= 3, peers
 
 
 def test_fill_in_the_middle_and_chat(sgl_daemon: DaemonProcess) -> None:
