@@ -3,11 +3,11 @@
 Batch-1 decode of a small model on a laptop CPU is bound by memory (the int8 weights, the
 KV cache) and by per-op overhead: every ATen call costs ~1-3 us whatever its size, and the
 general path (`forward_tokens`, written for any T and shared with the CUDA-graph step)
-makes ~45 of them per layer, plus closures and Python-scalar wrapping. This step computes
-the same thing for T = 1 with ~30 cheaper calls per layer:
+makes ~320 of them per token on the tiny model, plus closures and Python-scalar wrapping.
+This step computes the same thing for T = 1 in ~230 cheaper calls:
 
 - preallocated buffers with their views made once (the fused qkv row, the norm output, the
-  MLP activation), so a layer makes no view ops of its own;
+  MLP activation), so a layer makes few view ops of its own;
 - each RMSNorm writes the matmul's input dtype (bfloat16 for the int8 kernel) directly,
   with eps and the width as tensors, and the residual adds take the matmul's bfloat16
   result in place;
@@ -15,8 +15,9 @@ the same thing for T = 1 with ~30 cheaper calls per layer:
 - the token's keys and values go into the cache in one copy (on the CPU each layer's K and
   V sit side by side: `LlamaRunner.new_cache`).
 
-Every op computes what `forward_tokens` computes, in the same order and dtypes, so the
-logits and the cache contents are bit-identical (tests/test_cpu_decode.py checks it)."""
+Every op computes what `forward_tokens` computes, in the same order and dtypes (the head's
+rescored rows go through mv where `quant.linear` has an einsum: the same dot products), so
+the logits and the cache contents are bit-identical (tests/test_cpu_decode.py checks it)."""
 
 from __future__ import annotations
 
