@@ -133,3 +133,32 @@ async def test_draft_speculation_is_exact(model_dir: Path, draft_dir: Path) -> N
     assert spec == plain
     assert stats.accept_length is not None and stats.accept_length >= 1.0
     assert sampled_stats.accept_length is None  # sampling never speculates
+
+
+async def test_plain_decode_runs_until_the_worker_is_wanted(model_dir: Path) -> None:
+    """Off the graph path, one step decodes token after token until should_yield says a
+    cancel or an arrival wants the worker, or the generation ends."""
+    e = await _engine(_profile(model_dir))
+    try:
+        request = GenerationRequest(
+            prompt=EDIT,
+            priority=Priority.COMPLETION,
+            sampling=SamplingParams(max_tokens=20, ignore_eos=True),
+        )
+        gen = e._new_generation(request)  # stepped here, not by the (idle) worker
+        checks: list[int] = []
+
+        def wanted_on_third_check() -> bool:
+            checks.append(1)
+            return len(checks) >= 3
+
+        with torch.inference_mode():
+            assert e.decoder.step(gen, lambda: False) is None  # the prompt, first token
+            assert gen.n_generated == 1
+            assert e.decoder.step(gen, wanted_on_third_check) is None
+            assert gen.n_generated == 4
+            assert e.decoder.step(gen, lambda: False) == "length"
+            assert gen.n_generated == 20
+        e.decoder.release(gen)
+    finally:
+        await e.stop()

@@ -89,13 +89,16 @@ class Decoder:
             self.begin(gen)
         if gen.next_token is None:
             return self._prefill(gen)
-        if gen.speculate and gen.greedy and self.can_verify:
+        speculating = gen.speculate and gen.greedy and self.can_verify
+        if speculating:
             proposals = self._propose(gen)
             if proposals:
                 return self._verify(gen, proposals)
         if self.graphs:
             return self._burst(gen, should_yield)
-        return self._decode_one(gen)
+        if speculating:  # propose again after this token
+            return self._decode_one(gen)
+        return self._decode_run(gen, should_yield)
 
     def _prefill(self, gen: Generation) -> FinishReason | None:
         slot = gen.slot
@@ -125,6 +128,15 @@ class Decoder:
         if self.banned.numel():
             logits.index_fill_(-1, self.banned, float("-inf"))
         return logits
+
+    def _decode_run(self, gen: Generation, should_yield: Callable[[], bool]) -> FinishReason | None:
+        """Plain decode (CPU, or a GPU without graphs) until the generation ends or the
+        worker is wanted elsewhere (a cancel, a new arrival): the worker's per-step
+        bookkeeping is then paid per burst, not per token."""
+        reason = self._decode_one(gen)
+        while reason is None and not should_yield():
+            reason = self._decode_one(gen)
+        return reason
 
     def _decode_one(self, gen: Generation) -> FinishReason | None:
         token = gen.next_token

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from ling_local.engines.cpu_decode import LeanDecode, lean_supported
 from ling_local.engines.quant import RescoredHead, int8_available, linear, quantize_int8
 
 __all__ = ["KVSlot", "LlamaRunner", "LlamaWeights", "supports"]
@@ -120,6 +121,12 @@ class KVSlot:
     length: int = 0
     graphs: dict[int, Any] = field(default_factory=dict)
     """CUDA-graph steps captured for this slot, by tokens per step (GPU only)."""
+    kv: torch.Tensor | None = None
+    """On the CPU, k and v are views into this [layers, 2, kv_heads, max_len, head_dim]
+    block, so the lean decode step writes a token's keys and values in one copy (only the
+    CUDA path is compiled, which wants tensors of their own)."""
+    lean: Any = None
+    """The lean step's per-layer views of `kv` (`cpu_decode.LeanDecode.views`)."""
 
 
 # --------------------------------------------------------------------------- the math
@@ -251,9 +258,17 @@ class LlamaRunner:
         self.vocab_size = self.weights.embed.shape[0]
         self.use_graphs = cuda_graphs and device.type == "cuda"
         """Decode with graph steps (tests may set it on the CPU to run the same logic)."""
+        self.lean = LeanDecode(self.weights) if lean_supported(self.weights, device) else None
+        """The CPU's single-token step (`cpu_decode`); None runs decode through
+        `forward_tokens` like any other chunk."""
 
     def new_cache(self) -> KVSlot:
         w = self.weights
+        if self.device.type == "cpu":  # per layer, K and V side by side (the lean step)
+            kv = torch.zeros(
+                (len(w.layers), 2, w.n_kv_heads, self.max_len, w.head_dim), dtype=self.dtype
+            )
+            return KVSlot([b[0] for b in kv], [b[1] for b in kv], kv=kv)
         shape = (w.n_kv_heads, self.max_len, w.head_dim)
         return KVSlot(
             [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in w.layers],
@@ -268,12 +283,21 @@ class LlamaRunner:
         t = torch.tensor(ids, dtype=torch.long)
         return t.to(self.device, non_blocking=True) if self.device.type != "cpu" else t
 
-    @torch.inference_mode()
     def forward(self, cache: KVSlot, ids: list[int]) -> torch.Tensor:
         """Feed ids after what the cache holds; return the last position's logits [vocab]."""
+        if torch.is_inference_mode_enabled():  # the engine's worker: skip the 2 us guard
+            return self._forward(cache, ids)
+        with torch.inference_mode():
+            return self._forward(cache, ids)
+
+    def _forward(self, cache: KVSlot, ids: list[int]) -> torch.Tensor:
         start = cache.length
         if start + len(ids) > self.max_len:
             raise ValueError(f"sequence of {start + len(ids)} exceeds the cache ({self.max_len})")
+        if len(ids) == 1 and self.lean is not None and cache.kv is not None:
+            logits = self.lean.step(cache, ids[0])
+            cache.length = start + 1
+            return logits
         logits = forward_tokens(self.weights, cache, self._ids(ids), start, all_logits=False)
         cache.length = start + len(ids)
         return logits[0].float()
