@@ -183,6 +183,21 @@ def bench_keystroke(
     typer.echo(json.dumps(keystroke_latency(profile, prefix_tokens, new_prompt_tokens), indent=1))
 
 
+@bench_app.command("edit")
+def bench_edit(
+    profile: ProfileOpt = "tiny",
+    new_tokens: Annotated[int, typer.Option(help="tokens to generate")] = 200,
+    repeats: Annotated[int, typer.Option(help="runs per mode (median)")] = 3,
+) -> None:
+    """Code editing (a file, then the same file with an identifier renamed): ms per output
+    token plain, with prompt lookup and with the draft model; acceptance; same output."""
+    import json
+
+    from ling_local.bench.edit import edit_speedup
+
+    typer.echo(json.dumps(edit_speedup(profile, new_tokens, repeats), indent=1))
+
+
 @bench_app.command("engine")
 def bench_engine(
     device: Annotated[str, typer.Option(help="cuda or cpu")] = "cuda",
