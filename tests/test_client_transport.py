@@ -16,7 +16,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from ling_local.client import AsyncClient
-from ling_local.errors import DaemonUnavailable
+from ling_local.errors import DaemonUnavailable, RequestError
 
 HEALTH = {"status": "ok", "state": "ready", "engine": "x", "model": "m", "profile": "p"}
 
@@ -119,3 +119,66 @@ async def test_a_stalled_daemon_times_out() -> None:
     for writer in writers:
         writer.close()
         await writer.wait_closed()
+
+
+# --------------------------------------------------------------------------- async streams
+# Streams from a local daemon go through aiohttp; its failures are the SDK's errors too.
+async def _serve(handler) -> tuple[asyncio.Server, str]:
+    server = await asyncio.start_server(handler, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+async def test_async_stream_from_an_unreachable_daemon(tmp_path) -> None:
+    for url in ("http://127.0.0.1:9", f"unix:{tmp_path / 'no.sock'}"):
+        async with AsyncClient(url, "t") as client:
+            with pytest.raises(DaemonUnavailable, match="ling-local serve"):
+                await client.stream_complete("x", max_tokens=3)
+
+
+async def test_async_stream_error_status_is_typed() -> None:
+    async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(65536)
+        body = b'{"error":{"message":"max_tokens is too large","type":"invalid_request_error"}}'
+        writer.write(
+            b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: "
+            + str(len(body)).encode()
+            + b"\r\n\r\n"
+            + body
+        )
+        await writer.drain()
+        writer.close()
+
+    server, url = await _serve(refuse)
+    async with server, AsyncClient(url, "t") as client:
+        with pytest.raises(RequestError, match="max_tokens is too large"):
+            await client.stream_complete("x", max_tokens=10**9)
+
+
+async def test_async_stream_stalled_or_dropped_is_daemon_unavailable() -> None:
+    writers: list[asyncio.StreamWriter] = []
+
+    async def stall_after_one(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writers.append(writer)
+        await reader.read(65536)
+        event = b'data: {"choices":[{"text":"a","finish_reason":null}]}\n\n'
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n"
+            b"transfer-encoding: chunked\r\n\r\n" + b"%x\r\n%s\r\n" % (len(event), event)
+        )
+        await writer.drain()  # then nothing more
+
+    server, url = await _serve(stall_after_one)
+    t0 = time.monotonic()
+    async with server, AsyncClient(url, "t", timeout=0.3) as client:
+        stream = await client.stream_complete("x", max_tokens=3)
+        with pytest.raises(DaemonUnavailable):
+            async for chunk in stream:
+                assert chunk.text == "a"
+        assert time.monotonic() - t0 < 3
+        writers[0].close()  # a daemon that goes away mid-stream
+        stream = await client.stream_complete("x", max_tokens=3)
+        with pytest.raises(DaemonUnavailable):
+            async for _ in stream:
+                writers[-1].close()
+    for writer in writers:
+        writer.close()
