@@ -21,6 +21,11 @@ from ling_local.errors import DaemonUnavailable, RequestError
 HEALTH = {"status": "ok", "state": "ready", "engine": "x", "model": "m", "profile": "p"}
 
 
+def _json_response(status: bytes, body: bytes) -> bytes:
+    head = b"HTTP/1.1 %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\n\r\n"
+    return head % (status, len(body)) + body
+
+
 @contextmanager
 def _server(keep_alive_s: float) -> Iterator[tuple[str, list[int]]]:
     """A real uvicorn app whose idle connections close after `keep_alive_s`; records the
@@ -74,12 +79,7 @@ async def test_a_request_is_one_write(monkeypatch: pytest.MonkeyPatch) -> None:
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         first_reads.append(await reader.read(65536))
         body = b'{"choices":[{"text":" world","finish_reason":"length"}],"usage":{}}'
-        writer.write(
-            b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
-            + str(len(body)).encode()
-            + b"\r\n\r\n"
-            + body
-        )
+        writer.write(_json_response(b"200 OK", body))
         await writer.drain()
         writer.close()
         await writer.wait_closed()
@@ -139,12 +139,7 @@ async def test_async_stream_error_status_is_typed() -> None:
     async def refuse(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await reader.read(65536)
         body = b'{"error":{"message":"max_tokens is too large","type":"invalid_request_error"}}'
-        writer.write(
-            b"HTTP/1.1 400 Bad Request\r\ncontent-type: application/json\r\ncontent-length: "
-            + str(len(body)).encode()
-            + b"\r\n\r\n"
-            + body
-        )
+        writer.write(_json_response(b"400 Bad Request", body))
         await writer.drain()
         writer.close()
 
