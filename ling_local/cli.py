@@ -212,7 +212,10 @@ def bench_engine(
         str, typer.Option(help="comma list: hf-static,gptfast")
     ] = "hf-static,gptfast",
     variants: Annotated[
-        str, typer.Option(help="comma list: eager,graphs,compiled,prompt-lookup")
+        str,
+        typer.Option(
+            help="comma list: eager,graphs,compiled,triton,prompt-lookup,prompt-lookup-triton"
+        ),
     ] = "graphs,compiled,prompt-lookup",
 ) -> None:
     """Batch-1 decode of the embedded engine vs transformers and a gpt-fast-style loop."""

@@ -60,10 +60,24 @@ class EngineSettings(_Section):
     """Capture the decode step in a CUDA graph when running on a GPU."""
     compile: bool = False
     """torch.compile the graph-captured step (fuses small ops; costs start-up time)."""
+    kernels: Literal["torch", "triton"] = "torch"
+    """The graph-captured GPU step's kernels: ``torch`` (PyTorch ops, compiled if
+    ``compile``) or ``triton`` (hand-written Triton kernels: fused norm+GEMV, RoPE and the KV
+    write in the QKV epilogue, SiLU*mul in the gate/up epilogue, split-K down projection,
+    flash-decoding attention). ``triton`` needs a CUDA device, CUDA graphs, the triton
+    package and a Llama/Mistral/Qwen2-style model; experimental, speed not yet measured."""
     quantize: Literal["none", "int8"] = "none"
     """Weight-only int8 matmuls on the CPU (4x fewer bytes per token; slightly less exact)."""
     warmup: bool = True
     """Run one short generation at start so the first user request is not the slow one."""
+
+    @model_validator(mode="after")
+    def _kernels(self) -> EngineSettings:
+        if self.kernels == "triton" and not self.cuda_graphs:
+            raise ValueError("kernels = 'triton' runs inside the CUDA-graph step: set cuda_graphs")
+        if self.kernels == "triton" and self.compile:
+            raise ValueError("kernels = 'triton' replaces the compiled step: unset compile")
+        return self
 
 
 class ModelSettings(_Section):

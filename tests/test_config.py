@@ -35,6 +35,9 @@ def test_tiny_is_the_embedded_default() -> None:
         ('[model]\npath = "x"\n[engine]\nspeed = 3\n', "engine.speed"),
         ('[engine]\nkind = "torch"\n', "model"),
         ('[model]\npath = "x"\ndevice = "tpu"\n', "model.device"),
+        ('[model]\npath = "x"\n[engine]\nkernels = "cuda"\n', "engine.kernels"),
+        ('[model]\npath = "x"\n[engine]\nkernels = "triton"\ncuda_graphs = false\n', "cuda_graphs"),
+        ('[model]\npath = "x"\n[engine]\nkernels = "triton"\ncompile = true\n', "compile"),
     ],
 )
 def test_bad_profile_names_the_field(tmp_path, toml: str, field: str) -> None:

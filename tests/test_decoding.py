@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from ling_local.config import profile_from_dict
@@ -13,6 +14,7 @@ from ling_local.engines.base import GenerationRequest, Priority, SamplingParams
 from ling_local.engines.cuda_graphs import GraphStep
 from ling_local.engines.decoding import Decoder
 from ling_local.engines.torch_engine import TorchEngine
+from ling_local.errors import ConfigError
 
 # A code-editing prompt: the second copy invites the model to copy the first.
 EDIT = """def parse(line):
@@ -82,6 +84,13 @@ async def test_graph_step_matches_the_plain_forward(model_dir: Path) -> None:
             assert int(step.argmax[0]) == token
     finally:
         await e.stop()
+
+
+async def test_triton_kernels_are_refused_at_load_off_a_gpu(model_dir: Path) -> None:
+    profile = _profile(model_dir)
+    profile.engine.kernels = "triton"
+    with pytest.raises(ConfigError, match="needs a CUDA device"):
+        await _engine(profile)
 
 
 async def test_burst_decoding_gives_the_plain_tokens(model_dir: Path) -> None:

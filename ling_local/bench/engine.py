@@ -122,6 +122,7 @@ def ours(
     compile_step: bool = False,
     speculative: str = "none",
     cuda_graphs: bool = True,
+    kernels: str = "torch",
     name: str = "ling-local engine",
 ) -> tuple[Row, list[int], dict]:
     from ling_local.config import profile_from_dict
@@ -141,6 +142,7 @@ def ours(
                 "warmup": False,
                 "cuda_graphs": cuda_graphs,
                 "compile": compile_step,
+                "kernels": kernels,
                 "speculative": speculative,
                 "num_speculative_tokens": 8,
             },
@@ -277,6 +279,14 @@ def run_engine_bench(
                 )
             elif variant == "compiled":
                 kw = dict(compile_step=True, name="ling-local engine, compiled graph step")
+            elif variant == "triton":
+                kw = dict(kernels="triton", name="ling-local engine, Triton kernels")
+            elif variant == "prompt-lookup-triton":
+                kw = dict(
+                    speculative="prompt_lookup",
+                    kernels="triton",
+                    name="ling-local engine, Triton kernels, prompt lookup",
+                )
             elif variant == "prompt-lookup":
                 kw = dict(speculative="prompt_lookup", name="ling-local engine, prompt lookup")
             elif variant == "prompt-lookup-compiled":

@@ -5,6 +5,8 @@ speculative verify) at a position held in a device tensor, so consecutive replay
 host input: the step writes its argmax where the next step reads its input, and bumps the
 position itself. Attention runs over the whole static cache with a mask, which keeps every
 shape fixed. One step function is (optionally) compiled per T and captured per KV slot.
+With `engine.kernels = "triton"` the step is `triton_kernels.triton_step` instead: the same
+inputs and outputs, its own kernels (attention over the live context only), captured alike.
 """
 
 from __future__ import annotations
@@ -59,8 +61,18 @@ def _step(
     return logits, logits.argmax(dim=-1)
 
 
-def step_function(t: int, compile_step: bool) -> Any:
-    """The step for T tokens, compiled once per T and shared by every slot."""
+def _triton_step(*args: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """`_step` through hand-written Triton kernels (`triton_kernels`; imports triton)."""
+    from ling_local.engines.triton_kernels import triton_step
+
+    return triton_step(*args)
+
+
+def step_function(t: int, compile_step: bool, kernels: str = "torch") -> Any:
+    """The step for T tokens, compiled once per T and shared by every slot. With
+    kernels="triton" the step is the hand-written kernels, never torch.compile'd."""
+    if kernels == "triton":
+        return _triton_step
     if not compile_step:
         return _step
     key = (t, 1)
@@ -90,6 +102,7 @@ class GraphStep:
         max_len: int,
         compile_step: bool = False,
         banned: torch.Tensor | None = None,
+        kernels: str = "torch",
     ) -> None:
         dev = weights.embed.device
         self.banned = torch.zeros(0, dtype=torch.long, device=dev) if banned is None else banned
@@ -101,7 +114,7 @@ class GraphStep:
         self.pos = torch.full((1,), max_len - t, dtype=torch.long, device=dev)
         self.rows = torch.arange(t, device=dev)
         self.cols = torch.arange(max_len, device=dev)
-        fn = step_function(t, compile_step)
+        fn = step_function(t, compile_step, kernels)
 
         def run() -> tuple[torch.Tensor, torch.Tensor]:
             return fn(

@@ -45,6 +45,7 @@ class Decoder:
         draft_cache: PrefixCache | None = None,
         num_speculative: int = 4,
         compile_graphs: bool = False,
+        kernels: str = "torch",
         banned_token_ids: tuple[int, ...] = (),
         threads: tuple[int, int] | None = None,
     ) -> None:
@@ -57,6 +58,8 @@ class Decoder:
         self.draft_cache = draft_cache
         self.k = num_speculative
         self.compile_graphs = compile_graphs
+        self.kernels = kernels
+        """The graph steps' kernels: "torch" or "triton" (`engine.kernels`)."""
         self.graphs = isinstance(runner, LlamaRunner) and runner.use_graphs
         self.can_verify = isinstance(runner, LlamaRunner)
         if self.graphs:
@@ -158,6 +161,7 @@ class Decoder:
                 self.runner.max_len,
                 self.compile_graphs,
                 self.banned,
+                kernels=self.kernels,
             )
         return graphs[t]
 

@@ -110,6 +110,8 @@ class TorchEngine:
             )
         else:
             self.runner = HFRunner(model, device)
+        if engine.kernels == "triton":
+            _check_triton(self.runner, device)
         draft = draft_cache = None
         if engine.speculative in ("draft", "auto") and settings.draft_path:
             draft = self._load_draft(device, dtype)
@@ -121,6 +123,7 @@ class TorchEngine:
             draft_cache=draft_cache,
             num_speculative=engine.num_speculative_tokens,
             compile_graphs=engine.compile,
+            kernels=engine.kernels,
             threads=threads,
             banned_token_ids=PromptBuilder(self.profile.prompt, self.tokenizer).banned_token_ids(),
         )
@@ -289,3 +292,20 @@ class TorchEngine:
                 gen.loop.call_soon_threadsafe(
                     gen.queue.put_nowait, Delta("", 0, "error", gen.stats, f"engine error: {err}")
                 )
+
+
+def _check_triton(runner: Any, device: torch.device) -> None:
+    """engine.kernels = "triton" is refused at load, with the reason, where it cannot run."""
+    import importlib.util
+
+    if device.type != "cuda":
+        raise ConfigError(f"engine.kernels = 'triton' needs a CUDA device, not {device}")
+    if not isinstance(runner, LlamaRunner):
+        raise ConfigError("engine.kernels = 'triton' needs a Llama-family model (the fast path)")
+    if importlib.util.find_spec("triton") is None:
+        raise ConfigError("engine.kernels = 'triton' needs the triton package")
+    from ling_local.engines.triton_kernels import unsupported_reason
+
+    reason = unsupported_reason(runner.weights)
+    if reason is not None:
+        raise ConfigError(f"engine.kernels = 'triton': {reason}")

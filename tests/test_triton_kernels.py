@@ -1,0 +1,199 @@
+"""The Triton decode kernels (`engine.kernels = "triton"`) against the PyTorch step.
+
+Meant for Triton's CPU interpreter or a GPU; skipped elsewhere (CI has no triton):
+
+    TRITON_INTERPRET=1 PYTHONPATH=/path/to/triton/site pytest tests/test_triton_kernels.py
+
+The interpreter is slow, so the shapes are small: hidden 128, 4 query / 2 kv heads of 32,
+contexts under 100. bf16 throughout, as on the GPU.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ling_local.engines.llama_runner import LlamaRunner, rms_norm, rotate
+
+_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None or not (_INTERPRET or torch.cuda.is_available()),
+    reason="needs triton, with TRITON_INTERPRET=1 (CPU) or a CUDA GPU",
+)
+DEV = torch.device("cuda" if torch.cuda.is_available() and not _INTERPRET else "cpu")
+BF16 = torch.bfloat16
+
+
+@pytest.fixture(scope="module")
+def tk():
+    from ling_local.engines import triton_kernels
+
+    return triton_kernels
+
+
+def _randn(*shape: int, scale: float = 1.0) -> torch.Tensor:
+    return (torch.randn(*shape, device=DEV) * scale).to(BF16)
+
+
+def _close(got: torch.Tensor, want: torch.Tensor, rel: float = 1e-2) -> None:
+    """Within a couple of bf16 ulps of the output's scale (accumulation order differs)."""
+    err = (got.float() - want.float()).abs().max().item()
+    assert err <= rel * want.float().abs().max().item() + 1e-6, err
+
+
+@pytest.mark.parametrize("t", [1, 3])
+@pytest.mark.parametrize("split_k", [1, 2])
+def test_gemv_residual(tk, t: int, split_k: int) -> None:
+    torch.manual_seed(0)
+    x, w, res = _randn(t, 256), _randn(96, 256, scale=0.05), _randn(t, 96)
+    want = res + F.linear(x, w)
+    cfg = tk.GemvConfig(block_n=16, block_k=64, split_k=split_k)
+    out = tk.gemv(x, w, cfg, residual=res.clone())
+    _close(out, want)
+
+
+@pytest.mark.parametrize("t", [1, 2])
+def test_gemv_with_norm(tk, t: int) -> None:
+    torch.manual_seed(1)
+    x, w, g = _randn(t, 128), _randn(200, 128, scale=0.1), _randn(128)
+    want = F.linear(rms_norm(x, g, 1e-5), w)
+    out = tk.gemv(x, w, tk.GemvConfig(block_n=32, block_k=64), norm=g, eps=1e-5)
+    assert out.shape == (t, 200)
+    _close(out, want)
+
+
+@pytest.mark.parametrize("t", [1, 3])
+def test_gate_up_silu(tk, t: int) -> None:
+    torch.manual_seed(2)
+    x, w13, g = _randn(t, 128), _randn(512, 128, scale=0.1), _randn(128)
+    gate, up = F.linear(rms_norm(x, g, 1e-6), w13).chunk(2, dim=-1)
+    _close(tk.gate_up_silu(x, g, w13, 1e-6), F.silu(gate) * up)
+
+
+@pytest.mark.parametrize("t", [1, 3])
+@pytest.mark.parametrize("bias", [False, True])
+def test_qkv_rope_and_kv_write(tk, t: int, bias: bool) -> None:
+    torch.manual_seed(3)
+    nh, nkv, hd, max_len, pos = 4, 2, 32, 64, 37
+    x, g = _randn(t, 128), _randn(128)
+    wqkv = _randn((nh + 2 * nkv) * hd, 128, scale=0.1)
+    b = _randn((nh + 2 * nkv) * hd) if bias else None
+    angles = torch.arange(max_len, device=DEV)[:, None] * torch.rand(hd // 2, device=DEV)
+    angles = torch.cat([angles, angles], dim=-1)
+    cos, sin = angles.cos().to(BF16), angles.sin().to(BF16)
+    kc, vc = _randn(nkv, max_len, hd), _randn(nkv, max_len, hd)
+    kc_want, vc_want = kc.clone(), vc.clone()
+
+    qkv = F.linear(rms_norm(x, g, 1e-5), wqkv, b)
+    nq, nk = nh * hd, nkv * hd
+    qk = rotate(
+        qkv[:, : nq + nk].view(t, nh + nkv, hd),
+        cos[pos : pos + t, None],
+        sin[pos : pos + t, None],
+    )
+    kc_want[:, pos : pos + t] = qk[:, nh:].transpose(0, 1)
+    vc_want[:, pos : pos + t] = qkv[:, nq + nk :].view(t, nkv, hd).transpose(0, 1)
+
+    p = torch.tensor([pos], device=DEV)
+    q = tk.qkv_rope_kv(x, g, wqkv, b, kc, vc, cos, sin, p, nh, nkv, hd, 1e-5)
+    _close(q, qk[:, :nh].reshape(t, nq))
+    _close(kc, kc_want)
+    _close(vc, vc_want)
+    untouched = torch.ones(max_len, dtype=torch.bool)
+    untouched[pos : pos + t] = False
+    assert torch.equal(kc[:, untouched], kc_want[:, untouched])
+
+
+@pytest.mark.parametrize("t", [1, 4])
+@pytest.mark.parametrize("pos", [0, 5, 90])
+def test_decode_attention(tk, t: int, pos: int) -> None:
+    torch.manual_seed(4)
+    nh, nkv, hd, max_len = 4, 2, 32, 100
+    q = _randn(t, nh * hd)
+    kc, vc = _randn(nkv, max_len, hd), _randn(nkv, max_len, hd)
+    if pos + t > max_len:
+        pytest.skip("past the cache")
+    positions = pos + torch.arange(t, device=DEV)
+    mask = torch.arange(max_len, device=DEV)[None, :] <= positions[:, None]
+    want = F.scaled_dot_product_attention(
+        q.view(t, nh, hd).transpose(0, 1)[None].float(),
+        kc[None].float(),
+        vc[None].float(),
+        attn_mask=mask[None, None],
+        enable_gqa=True,
+    )[0].transpose(0, 1)
+    out = tk.decode_attention(q, kc, vc, torch.tensor([pos], device=DEV), nh, nkv, hd)
+    assert (out.float() - want.reshape(t, nh * hd)).abs().max().item() < 2e-2
+
+
+# --------------------------------------------------------------------------- whole step
+def _runner(kind: str) -> LlamaRunner:
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
+    torch.manual_seed(0)
+    common = dict(
+        vocab_size=512,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        head_dim=32,
+        max_position_embeddings=256,
+        initializer_range=0.1,  # peakier logits than 0.02, so argmax is not a coin toss
+    )
+    if kind == "qwen2":
+        model = Qwen2ForCausalLM(Qwen2Config(**common))
+    else:
+        model = LlamaForCausalLM(LlamaConfig(**common, tie_word_embeddings=kind == "llama-tied"))
+    return LlamaRunner(model.to(BF16).to(DEV).eval(), DEV, max_len=96, cuda_graphs=False)
+
+
+@pytest.mark.parametrize("kind", ["llama-tied", "llama", "qwen2"])
+@pytest.mark.parametrize("t", [1, 3])
+def test_step_matches_the_torch_step(kind: str, t: int) -> None:
+    """Same prompt in two slots, then steps through both the torch and the Triton step,
+    teacher-forced with the torch step's tokens: logits, argmax and caches agree."""
+    from ling_local.engines.cuda_graphs import GraphStep
+
+    runner = _runner(kind)
+    torch.manual_seed(5)
+    prompt = torch.randint(0, 512, (40,)).tolist()
+    slots = []
+    for _ in range(2):
+        slot = runner.new_cache()
+        runner.forward(slot, prompt)
+        slots.append(slot)
+    banned = torch.tensor([7, 11], device=DEV)
+    with torch.inference_mode():
+        ref = GraphStep(runner.weights, slots[0], t, runner.max_len, banned=banned)
+        tri = GraphStep(
+            runner.weights, slots[1], t, runner.max_len, banned=banned, kernels="triton"
+        )
+        pos = len(prompt)
+        tokens = torch.randint(0, 512, (t,)).tolist()
+        flips = 0
+        for _ in range(4):
+            for step in (ref, tri):
+                step.load(tokens, pos)
+                step.replay()
+            finite = torch.ones(512, dtype=torch.bool, device=DEV)
+            finite[banned] = False
+            _close(tri.logits[:, finite], ref.logits[:, finite], rel=3e-2)
+            assert torch.isinf(tri.logits[:, banned]).all()
+            top2 = ref.logits.float().topk(2, dim=-1).values
+            clear = (top2[:, 0] - top2[:, 1]) > 0.05  # a margin above the logits' error
+            same = tri.argmax == ref.argmax
+            assert same[clear].all()
+            flips += int((~same).sum())
+            pos += t
+            tokens = ref.argmax.tolist()
+        assert flips <= 1
+        for layer in range(len(runner.weights.layers)):
+            for a, b in ((slots[0].k, slots[1].k), (slots[0].v, slots[1].v)):
+                _close(b[layer][:, :pos], a[layer][:, :pos])
+                assert torch.equal(b[layer][:, :40], a[layer][:, :40])  # the prompt's
