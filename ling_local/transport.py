@@ -8,7 +8,8 @@ CPU per request ~25 % lower with this backend. It buffers a request's writes unt
 response is read (one write per request) and reads with ``StreamReader.read``.
 
 Only plain HTTP (loopback TCP or a unix socket) goes through it; TLS URLs keep httpx's own
-transport.
+transport. `AsyncClient` sends its non-streamed requests through it; its token streams go
+through aiohttp (C parser), which reaches the first chunk ~0.4 ms sooner still.
 """
 
 from __future__ import annotations
