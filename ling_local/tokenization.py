@@ -30,8 +30,8 @@ class TextTokenizer:
     def _plain_encoder(self) -> Any:
         """A copy of the Rust tokenizer that reads special-token strings as plain text, when
         it encodes exactly as the wrapper does (checked on a probe). Encoding through it
-        skips transformers' batch machinery: a 2 KB prompt is on the token path of every
-        request, and the wrapper's batch call was the slow part on a many-core machine."""
+        skips transformers' per-call wrapper on the token path of every request (a few
+        percent of an encode: 2.23 vs 2.35 ms for 900 tokens on the H200 host)."""
         raw = self._raw
         if raw is None or not hasattr(raw, "encode_special_tokens"):
             return None
