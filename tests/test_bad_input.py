@@ -32,6 +32,8 @@ CASES = [
     ("/v1/completions", b'{"prompt": ""}', 400, "empty"),
     ("/v1/completions", b'{"prompt": []}', 400, "empty"),
     ("/v1/completions", b'{"prompt": [99999999]}', 400, "token ids"),
+    ("/v1/completions", b'{"prompt": [5, -1]}', 400, "greater than or equal to 0"),
+    ("/v1/completions", b'{"prompt": [5, "a"]}', 400, "valid integer"),
     ("/v1/completions", b'{"prompt": "x", "model": "gpt-4"}', 400, "not served"),
     ("/v1/completions", b"{}", 400, "prompt"),
     ("/v1/chat/completions", b'{"messages": []}', 400, "messages"),
