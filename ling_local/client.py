@@ -13,7 +13,6 @@ the HTTP response, which cancels the generation in the daemon at once.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any, Literal
@@ -38,6 +37,7 @@ from ling_local.client_wire import (
     _unavailable,
 )
 from ling_local.errors import DaemonUnavailable, EngineNotReady
+from ling_local.transport import AioBody, LocalStreams, LocalTransport, aio_errors
 
 __all__ = [
     "DEFAULT_URL",
@@ -214,37 +214,11 @@ class Client:
 
 
 # ------------------------------------------------------------------------- async
-_JSON_CONTENT = {"Content-Type": "application/json"}
-
-
-def _aio_errors() -> tuple[type[BaseException], ...]:
-    """What aiohttp raises for a daemon that cannot be reached, stalls or drops us."""
-    import aiohttp
-
-    return (aiohttp.ClientError, TimeoutError, ConnectionError)
-
-
-class _AioBody:
-    """An aiohttp response as AsyncStream reads it: lines of text, and a close that drops
-    the connection unless the body was read to its end (the daemon reads a dropped
-    connection as "cancel")."""
-
-    def __init__(self, response: Any) -> None:
-        self._response = response
-
-    async def aiter_lines(self) -> AsyncIterator[str]:
-        async for line in self._response.content:
-            yield line.decode().rstrip("\r\n")
-
-    async def aclose(self) -> None:
-        self._response.close()  # after a full read the connection is already back in the pool
-
-
 class AsyncStream:
     """Async iterator of `Chunk`s; `await aclose()` early cancels the generation."""
 
     def __init__(
-        self, response: httpx.Response | _AioBody, kind: str, url: str, started: float
+        self, response: httpx.Response | AioBody, kind: str, url: str, started: float
     ) -> None:
         self._response = response
         self._state = _StreamState(kind, started)
@@ -260,7 +234,7 @@ class AsyncStream:
                 chunk = self._state.parse(line)
                 if chunk is not None:
                     return chunk
-        except (httpx.TransportError, *_aio_errors()) as err:
+        except (httpx.TransportError, *aio_errors()) as err:
             await self.aclose()
             raise _unavailable(self._url, err) from None
         except BaseException:
@@ -302,8 +276,6 @@ class AsyncClient:
         self.base_url, uds, self.token = _resolve(base_url, token)
         local = transport is None and (uds is not None or self.base_url.startswith("http://"))
         if local:
-            from ling_local.transport import LocalTransport
-
             transport = LocalTransport(uds=uds)
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
         self._http = httpx.AsyncClient(
@@ -314,29 +286,9 @@ class AsyncClient:
             trust_env=False,
         )
         # Streams from a local daemon go through aiohttp (C HTTP parser): its first chunk
-        # arrives ~0.5 ms sooner than through httpx + h11 (`bench overhead`, SDK rows).
+        # arrives ~0.4 ms sooner than through httpx + h11 (`bench overhead`, SDK rows).
         # A caller's own httpx transport keeps everything on httpx.
-        self._aio_target = (uds, self.base_url, headers, timeout) if local else None
-        self._aio: Any = None
-
-    def _aio_session(self) -> Any:
-        if self._aio is None:
-            import aiohttp
-
-            uds, base, headers, timeout = self._aio_target
-            if isinstance(timeout, httpx.Timeout):
-                connect, read = timeout.connect, timeout.read
-            else:
-                connect = read = timeout
-            self._aio = aiohttp.ClientSession(
-                base_url="http://localhost" if uds else base,
-                headers=headers,
-                connector=aiohttp.UnixConnector(path=uds) if uds else aiohttp.TCPConnector(),
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=read),
-                auto_decompress=False,
-                trust_env=False,
-            )
-        return self._aio
+        self._aio = LocalStreams(uds, self.base_url, headers, timeout) if local else None
 
     async def _request(self, method: str, path: str, **kw: Any) -> httpx.Response:
         try:
@@ -348,7 +300,7 @@ class AsyncClient:
         return response
 
     async def _stream(self, path: str, body: dict, kind: str) -> AsyncStream:
-        if self._aio_target is not None:
+        if self._aio is not None:
             return await self._aio_stream(path, body, kind)
         request = self._http.build_request("POST", path, json=body)
         started = time.perf_counter()
@@ -363,13 +315,11 @@ class AsyncClient:
         return AsyncStream(response, kind, self.base_url, started)
 
     async def _aio_stream(self, path: str, body: dict, kind: str) -> AsyncStream:
-        session = self._aio_session()
+        assert self._aio is not None
         started = time.perf_counter()
         try:
-            response = await session.post(
-                path, data=json.dumps(body).encode(), headers=_JSON_CONTENT
-            )
-        except _aio_errors() as err:
+            response = await self._aio.post(path, body)
+        except aio_errors() as err:
             raise _unavailable(self.base_url, err) from None
         if response.status >= 400:
             try:
@@ -377,7 +327,7 @@ class AsyncClient:
             finally:
                 response.close()
             raise _error_from_response(response.status, content)
-        return AsyncStream(_AioBody(response), kind, self.base_url, started)
+        return AsyncStream(AioBody(response), kind, self.base_url, started)
 
     async def health(self) -> Health:
         return _health((await self._request("GET", "/health")).json())
@@ -431,8 +381,7 @@ class AsyncClient:
     async def aclose(self) -> None:
         await self._http.aclose()
         if self._aio is not None:
-            await self._aio.close()
-            self._aio = None
+            await self._aio.aclose()
 
     async def __aenter__(self) -> AsyncClient:
         return self

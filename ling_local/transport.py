@@ -9,20 +9,24 @@ response is read (one write per request) and reads with ``StreamReader.read``.
 
 Only plain HTTP (loopback TCP or a unix socket) goes through it; TLS URLs keep httpx's own
 transport. `AsyncClient` sends its non-streamed requests through it; its token streams go
-through aiohttp (C parser), which reaches the first chunk ~0.4 ms sooner still.
+through aiohttp (C parser), which reaches the first chunk ~0.4 ms sooner still: that part
+is `LocalStreams` below.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 import select
 import ssl
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpcore
 import httpx
 
-__all__ = ["LocalTransport"]
+__all__ = ["AioBody", "LocalStreams", "LocalTransport", "aio_errors"]
 
 _FLUSH_AT = 64 * 1024
 
@@ -125,3 +129,69 @@ class LocalTransport(httpx.AsyncHTTPTransport):
             max_keepalive_connections=20,
             keepalive_expiry=4.0,  # uvicorn drops idle connections after 5 s
         )
+
+
+# --------------------------------------------------------------------------- streams
+@functools.cache
+def aio_errors() -> tuple[type[BaseException], ...]:
+    """What aiohttp raises for a daemon that cannot be reached, stalls or drops us."""
+    import aiohttp
+
+    return (aiohttp.ClientError, TimeoutError, ConnectionError)
+
+
+class LocalStreams:
+    """The SDK's streaming requests to a local daemon, over aiohttp (one session, made on
+    first use; aiohttp is imported only then)."""
+
+    def __init__(
+        self, uds: str | None, base_url: str, headers: dict[str, str], timeout: Any
+    ) -> None:
+        self._args = (uds, base_url, headers, timeout)
+        self._session: Any = None
+
+    def _open(self) -> Any:
+        import aiohttp
+
+        uds, base, headers, timeout = self._args
+        if isinstance(timeout, httpx.Timeout):
+            connect, read = timeout.connect, timeout.read
+        else:
+            connect = read = timeout
+        return aiohttp.ClientSession(
+            base_url="http://localhost" if uds else base,
+            headers=headers,
+            connector=aiohttp.UnixConnector(path=uds) if uds else aiohttp.TCPConnector(),
+            timeout=aiohttp.ClientTimeout(total=None, sock_connect=connect, sock_read=read),
+            auto_decompress=False,
+            trust_env=False,
+        )
+
+    async def post(self, path: str, body: dict) -> Any:
+        """POST a JSON body; the aiohttp response, its body not read yet."""
+        if self._session is None:
+            self._session = self._open()
+        return await self._session.post(
+            path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+
+class AioBody:
+    """An aiohttp response as the SDK's AsyncStream reads it: lines of text, and a close
+    that drops the connection unless the body was read to its end (the daemon reads a
+    dropped connection as "cancel")."""
+
+    def __init__(self, response: Any) -> None:
+        self._response = response
+
+    async def aiter_lines(self) -> AsyncIterator[str]:
+        async for line in self._response.content:
+            yield line.decode().rstrip("\r\n")
+
+    async def aclose(self) -> None:
+        self._response.close()  # after a full read the connection is already back in the pool
