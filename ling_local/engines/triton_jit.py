@@ -1,0 +1,328 @@
+"""The Triton kernels of the GPU decode step (device code only); their launchers, block
+sizes and the step function are in `triton_kernels`, which documents the design. Imports
+triton: import it only when `engine.kernels = "triton"` asks for it."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _round(x, dtype: tl.constexpr):
+    """x (fp32) rounded to the model dtype, kept in fp32. For bf16 round-to-nearest-even by
+    hand: what the GPU's cvt does, while Triton's CPU interpreter truncates on `.to`."""
+    if dtype == tl.bfloat16:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return bits.to(tl.float32, bitcast=True)
+    else:
+        return x.to(dtype).to(tl.float32)
+
+
+@triton.jit
+def _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
+    """1 / rms of each token row of x [T, K] (the RMSNorm prologue's pre-pass; x is small
+    and L2-resident, every CTA recomputes it)."""
+    ss = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        m = t_mask[:, None] & (offs_k[None, :] < K)
+        x = tl.load(x_ptr + offs_t[:, None] * K + offs_k[None, :], mask=m, other=0.0)
+        x = x.to(tl.float32)
+        ss += x * x
+    return tl.rsqrt(tl.sum(ss, axis=1) / K + eps)
+
+
+@triton.jit
+def _load_x(
+    x_ptr, norm_ptr, rstd, offs_t, t_mask, offs_k, k_mask, K, NORM: tl.constexpr, DT: tl.constexpr
+):
+    """A [T, BLOCK_K] slice of the input, normalised as transformers' LlamaRMSNorm does:
+    weight * (x * rstd).to(dtype), rounded to the dtype."""
+    x = tl.load(
+        x_ptr + offs_t[:, None] * K + offs_k[None, :],
+        mask=t_mask[:, None] & k_mask[None, :],
+        other=0.0,
+    ).to(tl.float32)
+    if NORM:
+        g = tl.load(norm_ptr + offs_k, mask=k_mask, other=0.0).to(tl.float32)
+        x = _round(x * rstd[:, None], DT)
+        x = _round(x * g[None, :], DT)
+    return x
+
+
+@triton.jit
+def _gemv_kernel(
+    x_ptr,
+    w_ptr,
+    out_ptr,
+    res_ptr,
+    norm_ptr,
+    part_ptr,
+    T,
+    N,
+    K,
+    eps,
+    NORM: tl.constexpr,
+    RESIDUAL: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """out[t, n] = (res[t, n] +) round(sum_k x'[t, k] * w[n, k]); x' = rmsnorm(x) if NORM.
+    With SPLIT_K > 1 each CTA stores its fp32 partial sum in part[pid_k, t, n] instead."""
+    DT: tl.constexpr = out_ptr.dtype.element_ty
+    pid_n = tl.program_id(0)
+    pid_k = tl.program_id(1)
+    offs_t = tl.arange(0, BLOCK_T)
+    t_mask = offs_t < T
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_mask = offs_n < N
+    rstd = tl.zeros((BLOCK_T,), tl.float32)
+    if NORM:
+        rstd = _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T, BLOCK_K)
+    k_len = tl.cdiv(K, SPLIT_K * BLOCK_K) * BLOCK_K
+    k_start = pid_k * k_len
+    # Reduce across K once at the end: the loop is loads and FMAs only.
+    acc = tl.zeros((BLOCK_T, BLOCK_N, BLOCK_K), tl.float32)
+    for k0 in range(k_start, k_start + k_len, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        k_mask = offs_k < K
+        x = _load_x(x_ptr, norm_ptr, rstd, offs_t, t_mask, offs_k, k_mask, K, NORM, DT)
+        w = tl.load(
+            w_ptr + offs_n[:, None] * K + offs_k[None, :],
+            mask=n_mask[:, None] & k_mask[None, :],
+            other=0.0,
+        ).to(tl.float32)
+        acc += x[:, None, :] * w[None, :, :]
+    y = tl.sum(acc, axis=2)
+    offs = offs_t[:, None] * N + offs_n[None, :]
+    m = t_mask[:, None] & n_mask[None, :]
+    if SPLIT_K == 1:
+        y = _round(y, DT)
+        if RESIDUAL:
+            y = _round(tl.load(res_ptr + offs, mask=m, other=0.0).to(tl.float32) + y, DT)
+        tl.store(out_ptr + offs, y.to(DT), mask=m)
+    else:
+        tl.store(part_ptr + pid_k * T * N + offs, y, mask=m)
+
+
+@triton.jit
+def _splitk_reduce_kernel(
+    part_ptr,
+    out_ptr,
+    res_ptr,
+    TN,
+    RESIDUAL: tl.constexpr,
+    SPLIT_K: tl.constexpr,
+    BLOCK: tl.constexpr,
+):
+    DT: tl.constexpr = out_ptr.dtype.element_ty
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < TN
+    y = tl.zeros((BLOCK,), tl.float32)
+    for s in range(SPLIT_K):
+        y += tl.load(part_ptr + s * TN + offs, mask=m, other=0.0)
+    y = _round(y, DT)
+    if RESIDUAL:
+        y = _round(tl.load(res_ptr + offs, mask=m, other=0.0).to(tl.float32) + y, DT)
+    tl.store(out_ptr + offs, y.to(DT), mask=m)
+
+
+@triton.jit
+def _paired_gemv_kernel(
+    x_ptr,
+    w_ptr,
+    norm_ptr,
+    bias_ptr,
+    out_ptr,
+    k_cache_ptr,
+    v_cache_ptr,
+    cos_ptr,
+    sin_ptr,
+    pos_ptr,
+    T,
+    K,
+    N_OUT,
+    eps,
+    MAX_LEN,
+    ROPE_KV: tl.constexpr,
+    HAS_BIAS: tl.constexpr,
+    N_HEADS: tl.constexpr,
+    N_KV: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_T: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    BLOCK_K: tl.constexpr,
+):
+    """RMSNorm(x) @ W^T for two row blocks a and b = a + PAIR, combined in the epilogue.
+
+    SILU (not ROPE_KV): W = [gate; up] with N_OUT = I rows each; a = gate rows, b = up rows,
+    out[t, a] = silu(gate) * up.
+    ROPE_KV: W = [q; k; v] heads of HEAD_DIM; a = the first half of a head's dims, b = the
+    second; q/k heads are rotated at position pos + t; q goes to out [T, N_HEADS * HEAD_DIM],
+    k and v to the caches [N_KV, MAX_LEN, HEAD_DIM] at pos + t.
+    """
+    DT: tl.constexpr = x_ptr.dtype.element_ty
+    HALF: tl.constexpr = HEAD_DIM // 2
+    pid = tl.program_id(0)
+    offs_t = tl.arange(0, BLOCK_T)
+    t_mask = offs_t < T
+    lane = tl.arange(0, BLOCK_N)
+    if ROPE_KV:
+        per_head: tl.constexpr = HALF // BLOCK_N
+        head = pid // per_head
+        dim_a = (pid % per_head) * BLOCK_N + lane
+        rows_a = head * HEAD_DIM + dim_a
+        rows_b = rows_a + HALF
+        n_mask = lane < BLOCK_N
+    else:
+        rows_a = pid * BLOCK_N + lane
+        rows_b = rows_a + N_OUT
+        n_mask = rows_a < N_OUT
+    rstd = _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T, BLOCK_K)
+    acc_a = tl.zeros((BLOCK_T, BLOCK_N, BLOCK_K), tl.float32)
+    acc_b = tl.zeros((BLOCK_T, BLOCK_N, BLOCK_K), tl.float32)
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        k_mask = offs_k < K
+        x = _load_x(x_ptr, norm_ptr, rstd, offs_t, t_mask, offs_k, k_mask, K, True, DT)
+        m = n_mask[:, None] & k_mask[None, :]
+        wa = tl.load(w_ptr + rows_a[:, None] * K + offs_k[None, :], mask=m, other=0.0)
+        wb = tl.load(w_ptr + rows_b[:, None] * K + offs_k[None, :], mask=m, other=0.0)
+        acc_a += x[:, None, :] * wa.to(tl.float32)[None, :, :]
+        acc_b += x[:, None, :] * wb.to(tl.float32)[None, :, :]
+    a = tl.sum(acc_a, axis=2)
+    b = tl.sum(acc_b, axis=2)
+    if HAS_BIAS:
+        a += tl.load(bias_ptr + rows_a, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+        b += tl.load(bias_ptr + rows_b, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    a = _round(a, DT)
+    b = _round(b, DT)
+    m2 = t_mask[:, None] & n_mask[None, :]
+    if ROPE_KV:
+        pos = tl.load(pos_ptr)
+        p = pos + offs_t  # [BLOCK_T]
+        if head < N_HEADS + N_KV:  # q or k: rotate (x * cos + rotate_half(x) * sin, rounded)
+            c_off = p[:, None] * HEAD_DIM + dim_a[None, :]
+            cos_a = tl.load(cos_ptr + c_off, mask=m2, other=0.0).to(tl.float32)
+            sin_a = tl.load(sin_ptr + c_off, mask=m2, other=0.0).to(tl.float32)
+            cos_b = tl.load(cos_ptr + c_off + HALF, mask=m2, other=0.0).to(tl.float32)
+            sin_b = tl.load(sin_ptr + c_off + HALF, mask=m2, other=0.0).to(tl.float32)
+            ra = _round(_round(a * cos_a, DT) + _round(-b * sin_a, DT), DT)
+            rb = _round(_round(b * cos_b, DT) + _round(a * sin_b, DT), DT)
+            a, b = ra, rb
+        if head < N_HEADS:
+            q_off = offs_t[:, None] * (N_HEADS * HEAD_DIM) + rows_a[None, :]
+            tl.store(out_ptr + q_off, a.to(DT), mask=m2)
+            tl.store(out_ptr + q_off + HALF, b.to(DT), mask=m2)
+        else:
+            kv_head = (head - N_HEADS) % N_KV
+            c_off = kv_head * MAX_LEN * HEAD_DIM + p[:, None] * HEAD_DIM + dim_a[None, :]
+            if head < N_HEADS + N_KV:
+                tl.store(k_cache_ptr + c_off, a.to(DT), mask=m2)
+                tl.store(k_cache_ptr + c_off + HALF, b.to(DT), mask=m2)
+            else:
+                tl.store(v_cache_ptr + c_off, a.to(DT), mask=m2)
+                tl.store(v_cache_ptr + c_off + HALF, b.to(DT), mask=m2)
+    else:
+        gate = _round(a / (1.0 + tl.exp(-a)), DT)
+        y = _round(gate * b, DT).to(DT)
+        tl.store(out_ptr + offs_t[:, None] * N_OUT + rows_a[None, :], y, mask=m2)
+
+
+@triton.jit
+def _attn_partial_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    pos_ptr,
+    m_ptr,
+    l_ptr,
+    acc_ptr,
+    T,
+    MAX_LEN,
+    sm_scale,
+    N_HEADS: tl.constexpr,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    SPLITS: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_L: tl.constexpr,
+):
+    """Partial softmax attention of one kv head's query group (rows r = t * GROUP + g) over
+    one split of the cache positions 0 .. pos + T - 1; query t sees positions <= pos + t.
+    Stores the running max, sum and unnormalised output per (t, head, split)."""
+    kv_head = tl.program_id(0)
+    split = tl.program_id(1)
+    pos = tl.load(pos_ptr)
+    n_ctx = pos + T
+    r = tl.arange(0, BLOCK_R)
+    t = r // GROUP
+    head = kv_head * GROUP + r % GROUP
+    r_mask = t < T
+    d = tl.arange(0, HEAD_DIM)
+    q = tl.load(
+        q_ptr + t[:, None] * (N_HEADS * HEAD_DIM) + head[:, None] * HEAD_DIM + d[None, :],
+        mask=r_mask[:, None],
+        other=0.0,
+    ).to(tl.float32)
+    q_pos = pos + t
+    chunk = tl.cdiv(tl.cdiv(n_ctx, SPLITS), BLOCK_L) * BLOCK_L
+    start = split * chunk
+    end = tl.minimum(start + chunk, n_ctx)
+    m_i = tl.full((BLOCK_R,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_R,), tl.float32)
+    acc = tl.zeros((BLOCK_R, HEAD_DIM), tl.float32)
+    base = kv_head * MAX_LEN * HEAD_DIM
+    for l0 in range(start, end, BLOCK_L):
+        offs_l = l0 + tl.arange(0, BLOCK_L)
+        l_mask = offs_l < end
+        kv_off = base + offs_l[:, None] * HEAD_DIM + d[None, :]
+        k = tl.load(k_ptr + kv_off, mask=l_mask[:, None], other=0.0).to(tl.float32)
+        s = tl.sum(q[:, None, :] * k[None, :, :], axis=2) * sm_scale  # [R, L]
+        visible = (offs_l[None, :] <= q_pos[:, None]) & l_mask[None, :]
+        s = tl.where(visible, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+        alpha = tl.exp(m_i - m_safe)
+        p = tl.exp(s - m_safe[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        v = tl.load(v_ptr + kv_off, mask=l_mask[:, None], other=0.0).to(tl.float32)
+        acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
+        m_i = m_new
+    row = (t * N_HEADS + head) * SPLITS + split
+    tl.store(m_ptr + row, m_i, mask=r_mask)
+    tl.store(l_ptr + row, l_i, mask=r_mask)
+    tl.store(acc_ptr + row[:, None] * HEAD_DIM + d[None, :], acc, mask=r_mask[:, None])
+
+
+@triton.jit
+def _attn_reduce_kernel(
+    m_ptr,
+    l_ptr,
+    acc_ptr,
+    out_ptr,
+    HEAD_DIM: tl.constexpr,
+    SPLITS: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+):
+    """Combine one (token, head)'s splits; out is [T, heads * HEAD_DIM] in row order."""
+    DT: tl.constexpr = out_ptr.dtype.element_ty
+    row = tl.program_id(0)
+    s = tl.arange(0, BLOCK_S)
+    s_mask = s < SPLITS
+    d = tl.arange(0, HEAD_DIM)
+    m = tl.load(m_ptr + row * SPLITS + s, mask=s_mask, other=float("-inf"))
+    l_s = tl.load(l_ptr + row * SPLITS + s, mask=s_mask, other=0.0)
+    acc = tl.load(
+        acc_ptr + (row * SPLITS + s)[:, None] * HEAD_DIM + d[None, :],
+        mask=s_mask[:, None],
+        other=0.0,
+    )
+    m_max = tl.max(m, axis=0)  # finite: split 0 always holds position 0
+    scale = tl.exp(m - m_max)
+    out = tl.sum(scale[:, None] * acc, axis=0) / tl.sum(scale * l_s, axis=0)
+    tl.store(out_ptr + row * HEAD_DIM + d, _round(out, DT).to(DT))
