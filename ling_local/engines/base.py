@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import itertools
+import json
 import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ __all__ = [
     "GenerationStats",
     "Priority",
     "SamplingParams",
+    "error_body_message",
 ]
 
 FinishReason = Literal["stop", "length", "cancelled", "error"]
@@ -208,3 +210,14 @@ class Engine(Protocol):
     async def abort(self, request: GenerationRequest) -> None:
         """Cancel a running request; its stream ends with finish_reason 'cancelled'."""
         ...
+
+
+def error_body_message(body: bytes) -> str:
+    """The message of an OpenAI/SGLang-style error body ({"error": {"message": ...}} or
+    {"error": "..."}), else the start of the body as text: what an engine reports when its
+    server answers with an HTTP error status."""
+    try:
+        err = json.loads(body).get("error")
+        return err.get("message", str(err)) if isinstance(err, dict) else str(err)
+    except (ValueError, AttributeError):
+        return body.decode("utf-8", "replace")[:500]

@@ -30,6 +30,7 @@ from ling_local.engines.base import (
     FinishReason,
     GenerationRequest,
     GenerationStats,
+    error_body_message,
 )
 from ling_local.errors import ConfigError, EngineError, EngineNotReady, RequestError
 
@@ -279,11 +280,7 @@ class RemoteEngine:
 
 
 def _status_error(status: int, body: bytes) -> Exception:
-    try:
-        err = json.loads(body).get("error")
-        message = err.get("message", str(err)) if isinstance(err, dict) else str(err)
-    except (ValueError, AttributeError):
-        message = body.decode("utf-8", "replace")[:500]
+    message = error_body_message(body)
     if status in (400, 413, 422):
         return RequestError(f"the remote server refused the request: {message}")
     if status in (401, 403):

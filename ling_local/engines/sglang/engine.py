@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import secrets
 import time
@@ -41,7 +40,13 @@ from ling_local.engines.sglang.command import (
 )
 from ling_local.engines.sglang.process import ChildProcess, child_info_file
 from ling_local.engines.sglang.progress import LoadProgress, LogFollower, ProgressDisplay
-from ling_local.engines.sglang.relay import Flight, dumps, generate_payload, relay_events
+from ling_local.engines.sglang.relay import (
+    Flight,
+    dumps,
+    generate_payload,
+    relay_events,
+    status_error,
+)
 from ling_local.errors import EngineCrashed, EngineError, EngineNotReady, RequestError
 from ling_local.tokenization import TextTokenizer, load_tokenizer
 
@@ -305,7 +310,7 @@ class SGLangEngine:
             self._flights[id(request)] = flight
             response = await http.post("/generate", data=dumps(payload), headers=_JSON)
             if response.status != 200:
-                raise _status_error(response.status, await response.read())
+                raise status_error(response.status, await response.read())
             async for delta in relay_events(response.content.iter_any(), flight):
                 if delta.finish_reason is None and request.cancelled:
                     # Cancelled without abort() (or its abort raced the start): stop here;
@@ -388,14 +393,3 @@ class SGLangEngine:
 def _new_api_key() -> str:
     # Hex, not urlsafe base64: a key starting with "-" would read as a flag to argparse.
     return secrets.token_hex(32)
-
-
-def _status_error(status: int, body: bytes) -> Exception:
-    try:
-        err = json.loads(body).get("error")
-        message = err.get("message", str(err)) if isinstance(err, dict) else str(err)
-    except (ValueError, AttributeError):
-        message = body.decode("utf-8", "replace")[:500]
-    if status == 400:
-        return RequestError(f"SGLang refused the request: {message}")
-    return EngineError(f"SGLang answered HTTP {status}: {message}")

@@ -13,10 +13,17 @@ import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from ling_local.engines.base import Delta, FinishReason, GenerationRequest, GenerationStats
+from ling_local.engines.base import (
+    Delta,
+    FinishReason,
+    GenerationRequest,
+    GenerationStats,
+    error_body_message,
+)
 from ling_local.engines.detok import StopMatcher
+from ling_local.errors import EngineError, RequestError
 
-__all__ = ["Flight", "dumps", "generate_payload", "relay_events"]
+__all__ = ["Flight", "dumps", "generate_payload", "relay_events", "status_error"]
 
 try:  # orjson (an SGLang dependency) is ~3x faster on the growing output_ids list
     from orjson import dumps
@@ -169,3 +176,11 @@ async def relay_events(chunks: AsyncIterator[bytes], flight: Flight) -> AsyncIte
         # the body ("data: [DONE]") read, so that the keep-alive connection is reused (a
         # new TCP connection per request costs TTFT).
         yield Delta(piece, new_tokens, reason, flight.final_stats(reason), error)
+
+
+def status_error(status: int, body: bytes) -> Exception:
+    """The error for a /generate answered with an HTTP error status."""
+    message = error_body_message(body)
+    if status == 400:
+        return RequestError(f"SGLang refused the request: {message}")
+    return EngineError(f"SGLang answered HTTP {status}: {message}")
