@@ -135,3 +135,37 @@ def start_daemon(
         daemon.stop()  # never leave a daemon behind when its engine failed to start
         raise
     return daemon
+
+
+def small_causal_lm(arch: str, *, tied: bool = True, **config: object):
+    """A random 2-layer, 128-wide model of a transformers architecture ("llama", "qwen2"
+    with q/k/v biases, "qwen3" with q/k norms) for engine tests; `config` overrides the
+    shape (e.g. num_key_value_heads=2 for grouped KV heads). Seeded: same weights each call."""
+    import torch
+    from transformers import (
+        LlamaConfig,
+        LlamaForCausalLM,
+        Qwen2Config,
+        Qwen2ForCausalLM,
+        Qwen3Config,
+        Qwen3ForCausalLM,
+    )
+
+    classes = {
+        "llama": (LlamaConfig, LlamaForCausalLM),
+        "qwen2": (Qwen2Config, Qwen2ForCausalLM),
+        "qwen3": (Qwen3Config, Qwen3ForCausalLM),
+    }
+    config_cls, model_cls = classes[arch]
+    shape: dict = dict(
+        vocab_size=512,
+        hidden_size=128,
+        intermediate_size=256,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        max_position_embeddings=512,
+        tie_word_embeddings=tied,
+    )
+    shape.update(config)
+    torch.manual_seed(0)
+    return model_cls(config_cls(**shape)).eval()

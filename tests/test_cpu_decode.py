@@ -10,6 +10,7 @@ import torch
 
 from ling_local.engines.llama_runner import LlamaRunner
 from ling_local.engines.quant import int8_available
+from tests.support import small_causal_lm
 
 QUANTIZE = [
     "none",
@@ -20,33 +21,14 @@ QUANTIZE = [
 
 
 def _model(kind: str):
-    from transformers import (
-        LlamaConfig,
-        LlamaForCausalLM,
-        Qwen2Config,
-        Qwen2ForCausalLM,
-        Qwen3Config,
-        Qwen3ForCausalLM,
-    )
-
-    torch.manual_seed(0)
-    common = dict(
-        vocab_size=512,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        max_position_embeddings=512,
-    )
     if kind == "llama":
-        return LlamaForCausalLM(LlamaConfig(**common, tie_word_embeddings=True)).eval()
+        return small_causal_lm("llama")
     if kind == "llama-gqa":  # 2 query heads per KV head, separate output head
-        config = LlamaConfig(**common, num_key_value_heads=2, tie_word_embeddings=False)
-        return LlamaForCausalLM(config).eval()
+        return small_causal_lm("llama", tied=False, num_key_value_heads=2)
     if kind == "qwen2":  # biases on q, k, v
-        return Qwen2ForCausalLM(Qwen2Config(**common, num_key_value_heads=2)).eval()
+        return small_causal_lm("qwen2", tied=False, num_key_value_heads=2)
     if kind == "qwen3":  # q/k norms: not on the lean step
-        return Qwen3ForCausalLM(Qwen3Config(**common, num_key_value_heads=2, head_dim=32)).eval()
+        return small_causal_lm("qwen3", tied=False, num_key_value_heads=2, head_dim=32)
     raise ValueError(kind)
 
 

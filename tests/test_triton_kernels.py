@@ -17,6 +17,7 @@ import torch
 import torch.nn.functional as F
 
 from ling_local.engines.llama_runner import LlamaRunner, rms_norm, rotate
+from tests.support import small_causal_lm
 
 if importlib.util.find_spec("triton") is not None and not torch.cuda.is_available():
     # No GPU: Triton's CPU interpreter runs the kernels (set before they are decorated;
@@ -135,25 +136,15 @@ def test_decode_attention(tk, t: int, pos: int) -> None:
 
 # --------------------------------------------------------------------------- whole step
 def _runner(kind: str) -> LlamaRunner:
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
-
-    torch.manual_seed(0)
-    common = dict(
-        vocab_size=512,
-        hidden_size=128,
-        intermediate_size=256,
-        num_hidden_layers=2,
-        num_attention_heads=4,
+    model = small_causal_lm(
+        "qwen2" if kind == "qwen2" else "llama",
+        tied=kind == "llama-tied",
         num_key_value_heads=2,
         head_dim=32,
         max_position_embeddings=256,
         initializer_range=0.1,  # peakier logits than 0.02, so argmax is not a coin toss
     )
-    if kind == "qwen2":
-        model = Qwen2ForCausalLM(Qwen2Config(**common))
-    else:
-        model = LlamaForCausalLM(LlamaConfig(**common, tie_word_embeddings=kind == "llama-tied"))
-    return LlamaRunner(model.to(BF16).to(DEV).eval(), DEV, max_len=96, cuda_graphs=False)
+    return LlamaRunner(model.to(BF16).to(DEV), DEV, max_len=96, cuda_graphs=False)
 
 
 @pytest.mark.parametrize("kind", ["llama-tied", "llama", "qwen2"])
