@@ -119,8 +119,6 @@ def test_decode_attention(tk, t: int, pos: int) -> None:
     nh, nkv, hd, max_len = 4, 2, 32, 100
     q = _randn(t, nh * hd)
     kc, vc = _randn(nkv, max_len, hd), _randn(nkv, max_len, hd)
-    if pos + t > max_len:
-        pytest.skip("past the cache")
     positions = pos + torch.arange(t, device=DEV)
     mask = torch.arange(max_len, device=DEV)[None, :] <= positions[:, None]
     want = F.scaled_dot_product_attention(
