@@ -43,13 +43,26 @@ def edit_speedup(
     from ling_local.config import load_profile
     from ling_local.engines.torch_engine import TorchEngine
 
-    async def run(mode: str, prompt_ids: list[int]) -> dict:
+    def fit(engine: TorchEngine) -> list[int]:
+        """The workload's prompt ids, cut so the prompt and the answer fit the context
+        (~3.5 characters a token here, trimmed until they do)."""
+        context, text = engine.context_length, _SOURCE.read_text()
+        budget = int((context - new_tokens - 64) * 3.5 / 1.3)
+        while True:
+            ids = engine.tokenize(edit_workload(text, budget)[0])
+            if len(ids) + new_tokens + 16 <= context:
+                return ids
+            budget = int(budget * 0.9)
+
+    async def run(mode: str, prompt_ids: list[int] | None) -> tuple[dict, list[int]]:
         profile = load_profile(profile_name)
         profile.engine.speculative = mode  # type: ignore[assignment]
         profile.engine.warmup = False
         engine = TorchEngine(profile)
         await engine.start()
         try:
+            if prompt_ids is None:  # the first mode's engine builds the prompt
+                prompt_ids = fit(engine)
             await engine_stream(engine, prompt_ids[:64], 8)  # first-call costs
             tpots, ids, stats = [], [], None
             for _ in range(repeats):
@@ -58,37 +71,20 @@ def edit_speedup(
                 tpots.append((stamps[-1] - stamps[0]) / (len(ids) - 1) * 1e3)
         finally:
             await engine.stop()
-        return {
+        row = {
             "tpot_ms": round(statistics.median(tpots), 3),
             "runs_ms": [round(t, 3) for t in tpots],
             "accept_length": round(stats.accept_length, 2) if stats.accept_length else None,
             "tokens": ids,
         }
+        return row, prompt_ids
 
     async def main() -> dict:
-        profile = load_profile(profile_name)
-        probe = TorchEngine(profile)
-        await probe.start()
-        context = probe.context_length
-        text = _SOURCE.read_text()
-        # Fit the prompt and the answer into the context: ~3.5 characters a token here.
-        budget = int((context - new_tokens - 64) * 3.5 / 1.3)
-        while True:
-            prompt, _ = edit_workload(text, budget)
-            prompt_ids = probe.tokenize(prompt)
-            if len(prompt_ids) + new_tokens + 16 <= context:
-                break
-            budget = int(budget * 0.9)
-        await probe.stop()
-        out: dict = {
-            "profile": profile_name,
-            "prompt_tokens": len(prompt_ids),
-            "new_tokens": new_tokens,
-            "source": _SOURCE.name,
-        }
-        plain = None
+        out: dict = {"profile": profile_name, "new_tokens": new_tokens, "source": _SOURCE.name}
+        prompt_ids, plain = None, None
         for mode in modes:
-            row = await run(mode, prompt_ids)
+            row, prompt_ids = await run(mode, prompt_ids)
+            out.setdefault("prompt_tokens", len(prompt_ids))
             tokens = row.pop("tokens")
             if mode == "none":
                 plain = tokens
