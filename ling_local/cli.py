@@ -217,8 +217,13 @@ def bench_engine(
             help="comma list: eager,graphs,compiled,triton,prompt-lookup,prompt-lookup-triton"
         ),
     ] = "graphs,compiled,prompt-lookup",
+    workload: Annotated[
+        str, typer.Option(help="random (random prompt ids) or edit (the code-editing prompt)")
+    ] = "random",
 ) -> None:
-    """Batch-1 decode of the embedded engine vs transformers and a gpt-fast-style loop."""
+    """Batch-1 decode of the embedded engine vs transformers and a gpt-fast-style loop.
+    --model copy-1b: the shipped tiny model inside the Llama-3.2-1B shape (copies its
+    prompt, unlike random weights)."""
 
     from ling_local.bench.engine import run_engine_bench
 
@@ -234,6 +239,7 @@ def bench_engine(
         repeats=repeats,
         baselines=split(baselines),
         variants=split(variants),
+        workload=workload,
     )
     typer.echo(result.markdown())
 

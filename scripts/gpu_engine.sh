@@ -1,22 +1,41 @@
 #!/usr/bin/env bash
-# On the lent H200 (device `run`, carry .gpu/wheels): the embedded engine's GPU tests, the
-# Triton kernels' tests on the real GPU, the per-step kernel profile (ours compiled vs the
-# Triton kernels, with block-size variants) and `ling-local bench engine`, in one call of
-# about 8 minutes, and `bench edit` on the GPU path. Writes logs and results to $OUT. Extra
-# arguments go to `bench engine`.
-#   bash scripts/gpu_engine.sh --baselines hf-static,gptfast --variants graphs,compiled,triton
-# PROFILE_VARIANTS overrides the profile's variants (see scripts/gpu_engine_profile.py).
+# On the lent H200 (device `run`, carry .gpu/daemon-wheels from scripts/gpu_wheels.sh), one
+# call of about 6-8 minutes:
+#   1. scripts/gpu_kernel_sweep.py: the Triton decode kernels' block sizes, the whole step
+#      (PDL on/off, fused attention reduce on/off, T = 9), agreement with the PyTorch step;
+#      its best block sizes go to $OUT/best.json and every later step uses them;
+#   2. `bench engine` on the random Llama-3.2-1B-shaped model: transformers eager (the
+#      reference) and static cache, the gpt-fast-style loop, our engine's Triton step;
+#   3. `bench engine --model copy-1b --workload edit`: the same shape with the shipped tiny
+#      model's weights inside (it copies its prompt): plain and prompt lookup, vs HF eager;
+#   4. the Triton kernels' tests on the real GPU (and with GPU_TESTS=1 the engine's).
+# Everything goes to $OUT/run.log; the JSON results beside it.
+#   bash scripts/gpu_engine.sh
 set -uo pipefail
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/ours .gpu/wheels/*.whl || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/ours .gpu/daemon-wheels/*.whl || exit 1
 export PYTHONPATH=/tmp/ours:$PWD PYTHONUNBUFFERED=1 LING_LOCAL_HOME=/tmp/ling-home
 OUT=${OUT:-/tmp/out}
-nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm --format=csv | tee "$OUT/gpu.txt"
-python3 -c "import torch, transformers, triton; print('torch', torch.__version__, 'transformers', transformers.__version__, 'triton', triton.__version__)" | tee -a "$OUT/gpu.txt"
-timeout 120 python3 -m pytest -q -p no:cacheprovider -W ignore -m gpu tests/test_gpu_engine.py 2>&1 | tail -30 | tee "$OUT/gpu_tests.log"
-timeout 90 python3 -m pytest -q -p no:cacheprovider -W ignore -x tests/test_triton_kernels.py 2>&1 | tail -30 | tee "$OUT/triton_tests.log"
-VARIANTS=${PROFILE_VARIANTS:-compiled,triton,triton:down.split_k=1,triton:down.split_k=4,triton:attn.splits=8}
-timeout 150 python3 scripts/gpu_engine_profile.py --variants "$VARIANTS" 2>&1 | grep -v "it/s" | tail -60 | tee "$OUT/profile.log"
-timeout 200 python3 -m ling_local bench engine --device cuda --out "$OUT/eb" --repeats 3 "$@" 2>&1 | grep -v "it/s" | tail -30 | tee "$OUT/engine_bench.log"
-# Prompt lookup and the draft on the GPU path (verify graphs), with the shipped tiny model:
-# the random 1B model never copies its prompt, this one does.
-LING_LOCAL_MODEL__DEVICE=cuda timeout 60 python3 -m ling_local bench edit --repeats 2 2>&1 | grep -v "it/s" | tail -30 | tee "$OUT/bench_edit.log"
+LOG=$OUT/run.log
+mkdir -p "$OUT/eb" "$OUT/ebc"
+step() { echo "=== $(date -u +%T) $*" | tee -a "$LOG"; }
+step gpu
+nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm,clocks.mem --format=csv 2>&1 | tee -a "$LOG"
+python3 -c "import torch, transformers, triton; print('torch', torch.__version__, 'transformers', transformers.__version__, 'triton', triton.__version__)" 2>&1 | tee -a "$LOG"
+step sweep
+timeout ${SWEEP_S:-240} python3 scripts/gpu_kernel_sweep.py --out "$OUT" ${SWEEP_ARGS:-} 2>&1 | grep -v "it/s" | tee -a "$LOG"
+if [ -s "$OUT/best.json" ]; then export LING_LOCAL_TRITON_CONFIGS=$OUT/best.json; fi
+step bench engine random-1b
+timeout ${BENCH_S:-200} python3 -m ling_local bench engine --device cuda --out "$OUT/eb" --repeats 3 \
+  --baselines hf-static,gptfast --variants ${VARIANTS:-triton} 2>&1 | grep -v "it/s" | tail -20 | tee -a "$LOG"
+step bench engine copy-1b edit
+timeout ${COPY_S:-150} python3 -m ling_local bench engine --device cuda --model copy-1b --workload edit \
+  --new-tokens 256 --out "$OUT/ebc" --repeats 2 --baselines "" --variants triton,prompt-lookup-triton \
+  2>&1 | grep -v "it/s" | tail -20 | tee -a "$LOG"
+step triton tests on the GPU
+timeout ${TESTS_S:-100} python3 -m pytest -q -p no:cacheprovider -W ignore -x tests/test_triton_kernels.py 2>&1 | tail -15 | tee -a "$LOG"
+if [ -n "${GPU_TESTS:-}" ]; then
+  step engine GPU tests
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -W ignore -m gpu tests/test_gpu_engine.py 2>&1 | tail -15 | tee -a "$LOG"
+fi
+rm -f "$OUT/eb/engine_bench.md" "$OUT/ebc/engine_bench.md"
+step done

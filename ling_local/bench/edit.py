@@ -15,9 +15,10 @@ from pathlib import Path
 
 from ling_local.bench.engine import engine_stream
 
-__all__ = ["edit_speedup", "edit_workload"]
+__all__ = ["EDIT_SOURCE", "edit_speedup", "edit_workload"]
 
-_SOURCE = Path(__file__).resolve().parents[1] / "scheduler.py"
+EDIT_SOURCE = Path(__file__).resolve().parents[1] / "scheduler.py"
+"""The file the workload rewrites (real code of this project, ~200 lines)."""
 
 
 def edit_workload(text: str, budget_chars: int) -> tuple[str, str]:
@@ -46,7 +47,7 @@ def edit_speedup(
     def fit(engine: TorchEngine) -> list[int]:
         """The workload's prompt ids, cut so the prompt and the answer fit the context
         (~3.5 characters a token here, trimmed until they do)."""
-        context, text = engine.context_length, _SOURCE.read_text()
+        context, text = engine.context_length, EDIT_SOURCE.read_text()
         budget = int((context - new_tokens - 64) * 3.5 / 1.3)
         while True:
             ids = engine.tokenize(edit_workload(text, budget)[0])
@@ -80,7 +81,7 @@ def edit_speedup(
         return row, prompt_ids
 
     async def main() -> dict:
-        out: dict = {"profile": profile_name, "new_tokens": new_tokens, "source": _SOURCE.name}
+        out: dict = {"profile": profile_name, "new_tokens": new_tokens, "source": EDIT_SOURCE.name}
         prompt_ids, plain = None, None
         for mode in modes:
             row, prompt_ids = await run(mode, prompt_ids)

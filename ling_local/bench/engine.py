@@ -198,6 +198,43 @@ def _time_graph_steps(engine: Any, sizes: tuple[int, ...]) -> dict[int, float]:
     return out
 
 
+def copying_model(path: Path, device: str) -> Path:
+    """The shipped tiny code model inside the Llama-3.2-1B shape (`build_copying_llama`):
+    the benchmark's bytes per token, a trained model's behaviour."""
+    from ling_local.bench.random_model import build_copying_llama
+
+    if not (path / "config.json").is_file():
+        tiny = Path(__file__).resolve().parents[1] / "models" / "tiny"
+        build_copying_llama(path, tiny, device=device, **_COPY_SHAPE)
+    return path
+
+
+_COPY_SHAPE = dict(
+    vocab_size=LLAMA_1B["vocab_size"],
+    hidden_size=LLAMA_1B["hidden_size"],
+    intermediate_size=LLAMA_1B["intermediate_size"],
+    num_layers=LLAMA_1B["num_layers"],
+    num_heads=LLAMA_1B["num_heads"],
+    num_kv_heads=LLAMA_1B["num_kv_heads"],
+)
+
+
+def edit_prompt(model_dir: Path, max_tokens: int) -> list[int]:
+    """`bench edit`'s code-editing prompt in the model's tokenizer, cut to fit."""
+    from transformers import AutoTokenizer
+
+    from ling_local.bench.edit import EDIT_SOURCE, edit_workload
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    text = EDIT_SOURCE.read_text()
+    budget = len(text)
+    while True:
+        ids = tokenizer(edit_workload(text, budget)[0])["input_ids"]
+        if len(ids) <= max_tokens:
+            return ids
+        budget = int(budget * 0.9)
+
+
 # --------------------------------------------------------------------------- main
 def run_engine_bench(
     *,
@@ -209,18 +246,25 @@ def run_engine_bench(
     repeats: int = 3,
     baselines: tuple[str, ...] = ("hf-eager", "hf-static", "gptfast"),
     variants: tuple[str, ...] = ("graphs", "compiled", "prompt-lookup"),
+    workload: str = "random",
 ) -> EngineBenchResult:
+    """`model`: a checkpoint directory, "copy-1b" (`copying_model`) or None (random
+    weights of the Llama-3.2-1B shape). `workload`: "random" (random prompt ids of
+    `prompt_tokens`) or "edit" (the code-editing prompt of `bench edit`, as long as the
+    model's context allows)."""
     from rich.progress import Progress
     from transformers import AutoModelForCausalLM
 
     dev = torch.device(device)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    model_dir = (
-        Path(model)
-        if model
-        else build_bench_model(Path(tempfile.gettempdir()) / "ling-bench-llama-1b", dev, LLAMA_1B)
-    )
+    tmp = Path(tempfile.gettempdir())
+    if model == "copy-1b":
+        model_dir = copying_model(tmp / "ling-bench-copy-1b", device)
+    elif model:
+        model_dir = Path(model)
+    else:
+        model_dir = build_bench_model(tmp / "ling-bench-llama-1b", dev, LLAMA_1B)
     torch.manual_seed(1)
     hf = (
         AutoModelForCausalLM.from_pretrained(
@@ -234,9 +278,12 @@ def run_engine_bench(
     weight_bytes = sum(p.numel() * p.element_size() for p in hf.parameters())
     bandwidth = copy_bandwidth(dev) if dev.type == "cuda" else None
     floor = weight_bytes / bandwidth * 1e3 if bandwidth else None
-    prompt = torch.randint(
-        3, min(vocab, 30000), (prompt_tokens,), generator=torch.Generator().manual_seed(0)
-    ).tolist()
+    if workload == "edit":
+        prompt = edit_prompt(model_dir, hf.config.max_position_embeddings - new_tokens - 64)
+    else:
+        prompt = torch.randint(
+            3, min(vocab, 30000), (prompt_tokens,), generator=torch.Generator().manual_seed(0)
+        ).tolist()
     rows: list[Row] = []
     extra: dict = {}
     steps = len(baselines) + len(variants) + 1
@@ -316,7 +363,7 @@ def run_engine_bench(
         weight_gb=weight_bytes / 1e9,
         copy_tb_s=bandwidth / 1e12 if bandwidth else None,
         floor_ms=floor,
-        prompt_tokens=prompt_tokens,
+        prompt_tokens=len(prompt),
         new_tokens=new_tokens,
         rows=rows,
         extra=extra,

@@ -2,11 +2,13 @@
 
 A `GraphStep` replays a captured forward of T tokens (T = 1 for decode, k + 1 for a
 speculative verify) at a position held in a device tensor, so consecutive replays need no
-host input: the step writes its argmax where the next step reads its input, and bumps the
-position itself. Attention runs over the whole static cache with a mask, which keeps every
-shape fixed. One step function is (optionally) compiled per T and captured per KV slot.
-With `engine.kernels = "triton"` the step is `triton_kernels.triton_step` instead: the same
-inputs and outputs, its own kernels (attention over the live context only), captured alike.
+host input: a decode graph (T = 1) ends by writing its argmax where the next replay reads
+its input and bumping the position (`chains`). Attention runs over the whole static cache
+with a mask, which keeps every shape fixed. One step function is (optionally) compiled per
+T and captured per KV slot. With `engine.kernels = "triton"` the step is
+`triton_kernels.triton_step` instead: the same inputs and outputs, its own kernels
+(attention over the live context only, the chaining done by the output head's kernel),
+captured alike.
 """
 
 from __future__ import annotations
@@ -61,11 +63,11 @@ def _step(
     return logits, logits.argmax(dim=-1)
 
 
-def _triton_step(*args: Any) -> tuple[torch.Tensor, torch.Tensor]:
+def _triton_step(*args: Any, **kw: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """`_step` through hand-written Triton kernels (`triton_kernels`; imports triton)."""
     from ling_local.engines.triton_kernels import triton_step
 
-    return triton_step(*args)
+    return triton_step(*args, **kw)
 
 
 def step_function(t: int, compile_step: bool, kernels: str = "torch") -> Any:
@@ -115,22 +117,43 @@ class GraphStep:
         self.rows = torch.arange(t, device=dev)
         self.cols = torch.arange(max_len, device=dev)
         fn = step_function(t, compile_step, kernels)
+        self.chains = t == 1
+        """Each replay feeds the next: tokens = argmax, pos += 1 (greedy decode chains on
+        the device; a sampled token is copied over it by `advance`)."""
+        self.kernels = kernels
+        extra: dict[str, Any] = {}
+        if kernels == "triton":
+            from ling_local.engines.triton_kernels import Scratch
+
+            extra = {
+                "scratch": Scratch(dev, weights.lm_head.shape[0], self.banned),
+                "chain": self.chains,
+            }
 
         def run() -> tuple[torch.Tensor, torch.Tensor]:
-            return fn(
-                weights, slot.k, slot.v, self.tokens, self.pos, self.rows, self.cols, self.banned
-            )
+            logits, argmax = fn(
+                weights, slot.k, slot.v, self.tokens, self.pos, self.rows, self.cols,
+                self.banned, **extra,
+            )  # fmt: skip
+            if self.chains and kernels != "triton":
+                self.tokens.copy_(argmax)
+                self.pos.add_(t)
+            return logits, argmax
 
         self._run = run
         self.graph = None
+        tail = max_len - t
         if not weights.embed.is_cuda:  # CPU: same step, run eagerly (tests the logic)
             self.logits, self.argmax = run()
+            self.pos.fill_(tail)
             return
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream), torch.inference_mode():
             for _ in range(3):
+                self.pos.fill_(tail)  # a chaining step moved it past the cache
                 run()
+            self.pos.fill_(tail)
         torch.cuda.current_stream().wait_stream(stream)
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph), torch.inference_mode():
@@ -152,6 +175,11 @@ class GraphStep:
 
     def advance(self, next_input: torch.Tensor) -> None:
         """Chain the next decode step on the device: its input is `next_input` (this step's
-        argmax, or a token sampled from its logits), one position further."""
+        argmax, or a token sampled from its logits), one position further. A chaining step
+        did that itself for the argmax: only a sampled token is copied in."""
+        if self.chains:
+            if next_input is not self.argmax:
+                self.tokens.copy_(next_input)
+            return
         self.tokens.copy_(next_input)
         self.pos.add_(self.t)

@@ -1,11 +1,40 @@
 """The Triton kernels of the GPU decode step (device code only); their launchers, block
 sizes and the step function are in `triton_kernels`, which documents the design. Imports
-triton: import it only when `engine.kernels = "triton"` asks for it."""
+triton: import it only when `engine.kernels = "triton"` asks for it.
+
+Every kernel takes `USE_PDL`: launched with programmatic dependent launch (Hopper and
+later), a kernel starts while its predecessor drains, reads the bytes that do not depend on
+it (its first weight tile) and only then waits (`griddepcontrol.wait`) for the
+predecessor's results. Everything a kernel writes, and every activation it reads, comes
+after that wait."""
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
+
+_MIN_KEY = tl.constexpr(-(2**63))
+
+
+@triton.jit
+def _pdl_wait(USE_PDL: tl.constexpr):
+    """Wait for the previous kernel's results, then let the next kernel start launching."""
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
+def _ticket(count_ptr, ON_GPU: tl.constexpr):
+    """This CTA's place among the CTAs sharing `count_ptr` (0 first), after its own global
+    writes are visible to them: CUTLASS's semaphore pattern (barrier, one release/acquire
+    atomic). The last CTA to arrive owns the combined result."""
+    if ON_GPU:
+        tl.inline_asm_elementwise(
+            "fence.acq_rel.gpu; mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False, pack=1
+        )
+    tl.debug_barrier()
+    return tl.atomic_add(count_ptr, 1, sem="acq_rel", scope="gpu")
 
 
 @triton.jit
@@ -18,6 +47,17 @@ def _round(x, dtype: tl.constexpr):
         return bits.to(tl.float32, bitcast=True)
     else:
         return x.to(dtype).to(tl.float32)
+
+
+@triton.jit
+def _dot(x, w, acc, DT: tl.constexpr, ON_GPU: tl.constexpr):
+    """acc + x [T, K] @ w [N, K]^T on the tensor cores, operands in the model dtype (x holds
+    values already rounded to it, so nothing is lost). Triton's CPU interpreter has no bf16
+    matmul: there the same products in fp32."""
+    if ON_GPU:
+        return tl.dot(x.to(DT), tl.trans(w), acc)
+    else:
+        return tl.dot(x, tl.trans(w.to(tl.float32)), acc, input_precision="ieee")
 
 
 @triton.jit
@@ -53,6 +93,45 @@ def _load_x(
 
 
 @triton.jit
+def _argmax_epilogue(
+    y,
+    offs_t,
+    t_mask,
+    offs_n,
+    key_ptr,
+    count_ptr,
+    argmax_ptr,
+    tokens_ptr,
+    pos_ptr,
+    T,
+    CHAIN: tl.constexpr,
+    ON_GPU: tl.constexpr,
+):
+    """Global argmax of the logits over all CTAs, first index on ties (torch.argmax): each
+    CTA folds its block's best into a 64-bit key (order-preserving bits of the logit, then
+    the complement of the index) with one atomic max; the last CTA decodes the keys, resets
+    them and the counter for the next launch, and with CHAIN feeds the tokens to the next
+    step itself (tokens = argmax, pos += T): consecutive graph replays need no host op."""
+    best = tl.max(y, axis=1)
+    local = tl.argmax(y, axis=1)
+    index = tl.min(offs_n, axis=0) + local
+    bits = best.to(tl.int32, bitcast=True)
+    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+    key = (ordered.to(tl.int64) << 32) + (0x7FFFFFFF - index).to(tl.int64)
+    tl.atomic_max(key_ptr + offs_t, key, mask=t_mask, sem="relaxed", scope="gpu")
+    ticket = _ticket(count_ptr, ON_GPU)
+    if ticket == tl.num_programs(0) - 1:
+        final = tl.atomic_xchg(key_ptr + offs_t, _MIN_KEY, mask=t_mask, sem="acq_rel")
+        low = final - ((final >> 32) << 32)
+        token = 0x7FFFFFFF - low
+        tl.store(argmax_ptr + offs_t, token, mask=t_mask)
+        if CHAIN:
+            tl.store(tokens_ptr + offs_t, token, mask=t_mask)
+            tl.store(pos_ptr, tl.load(pos_ptr) + T)
+        tl.store(count_ptr, 0)
+
+
+@triton.jit
 def _gemv_kernel(
     x_ptr,
     w_ptr,
@@ -60,6 +139,12 @@ def _gemv_kernel(
     res_ptr,
     norm_ptr,
     part_ptr,
+    banned_ptr,
+    key_ptr,
+    count_ptr,
+    argmax_ptr,
+    tokens_ptr,
+    pos_ptr,
     T,
     N,
     K,
@@ -67,12 +152,18 @@ def _gemv_kernel(
     NORM: tl.constexpr,
     RESIDUAL: tl.constexpr,
     SPLIT_K: tl.constexpr,
+    ARGMAX: tl.constexpr,
+    CHAIN: tl.constexpr,
     BLOCK_T: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    USE_DOT: tl.constexpr,
+    USE_PDL: tl.constexpr,
+    ON_GPU: tl.constexpr,
 ):
     """out[t, n] = (res[t, n] +) round(sum_k x'[t, k] * w[n, k]); x' = rmsnorm(x) if NORM.
-    With SPLIT_K > 1 each CTA stores its fp32 partial sum in part[pid_k, t, n] instead."""
+    With SPLIT_K > 1 each CTA stores its fp32 partial sum in part[pid_k, t, n] instead.
+    ARGMAX (the output head): banned[n] != 0 -> -inf, then the argmax epilogue."""
     DT: tl.constexpr = out_ptr.dtype.element_ty
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -80,31 +171,55 @@ def _gemv_kernel(
     t_mask = offs_t < T
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     n_mask = offs_n < N
+    w_rows = w_ptr + offs_n.to(tl.int64)[:, None] * K
+    k_len = tl.cdiv(K, SPLIT_K * BLOCK_K) * BLOCK_K
+    k_start = pid_k * k_len
+    k_end = tl.minimum(K, k_start + k_len)
+    # The first weight tile does not depend on the previous kernel: read it before waiting.
+    offs_k = k_start + tl.arange(0, BLOCK_K)
+    w = tl.load(
+        w_rows + offs_k[None, :], mask=n_mask[:, None] & (offs_k[None, :] < k_end), other=0.0
+    )
+    _pdl_wait(USE_PDL)
     rstd = tl.zeros((BLOCK_T,), tl.float32)
     if NORM:
         rstd = _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T, BLOCK_K)
-    k_len = tl.cdiv(K, SPLIT_K * BLOCK_K) * BLOCK_K
-    k_start = pid_k * k_len
-    # Reduce across K once at the end: the loop is loads and FMAs only.
-    acc = tl.zeros((BLOCK_T, BLOCK_N, BLOCK_K), tl.float32)
+    # T = 1: reduce across K once at the end, so the loop is loads and FMAs only; T >= 16
+    # (a verify, padded): tensor-core dots. Either way the next tile's load is in flight
+    # while this one is multiplied.
+    acc = tl.zeros((BLOCK_T, BLOCK_N, 1 if USE_DOT else BLOCK_K), tl.float32)
+    acc2 = tl.zeros((BLOCK_T, BLOCK_N), tl.float32)
     for k0 in range(k_start, k_start + k_len, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
-        k_mask = offs_k < K
-        x = _load_x(x_ptr, norm_ptr, rstd, offs_t, t_mask, offs_k, k_mask, K, NORM, DT)
-        w = tl.load(
-            w_ptr + offs_n[:, None] * K + offs_k[None, :],
-            mask=n_mask[:, None] & k_mask[None, :],
-            other=0.0,
-        ).to(tl.float32)
-        acc += x[:, None, :] * w[None, :, :]
-    y = tl.sum(acc, axis=2)
+        x = _load_x(x_ptr, norm_ptr, rstd, offs_t, t_mask, offs_k, offs_k < k_end, K, NORM, DT)
+        nxt = offs_k + BLOCK_K
+        w_next = tl.load(
+            w_rows + nxt[None, :], mask=n_mask[:, None] & (nxt[None, :] < k_end), other=0.0
+        )
+        if USE_DOT:
+            acc2 = _dot(x, w, acc2, DT, ON_GPU)
+        else:
+            acc += x[:, None, :] * w.to(tl.float32)[None, :, :]
+        w = w_next
+    if USE_DOT:  # noqa: SIM108 (a constexpr branch; Triton compiles only one side)
+        y = acc2
+    else:
+        y = tl.sum(acc, axis=2)
     offs = offs_t[:, None] * N + offs_n[None, :]
     m = t_mask[:, None] & n_mask[None, :]
     if SPLIT_K == 1:
         y = _round(y, DT)
         if RESIDUAL:
             y = _round(tl.load(res_ptr + offs, mask=m, other=0.0).to(tl.float32) + y, DT)
+        if ARGMAX:
+            banned = tl.load(banned_ptr + offs_n, mask=n_mask, other=1)
+            y = tl.where((banned != 0)[None, :] | ~m, float("-inf"), y)
         tl.store(out_ptr + offs, y.to(DT), mask=m)
+        if ARGMAX:
+            _argmax_epilogue(
+                y, offs_t, t_mask, offs_n, key_ptr, count_ptr, argmax_ptr, tokens_ptr, pos_ptr,
+                T, CHAIN, ON_GPU,
+            )  # fmt: skip
     else:
         tl.store(part_ptr + pid_k * T * N + offs, y, mask=m)
 
@@ -118,8 +233,10 @@ def _splitk_reduce_kernel(
     RESIDUAL: tl.constexpr,
     SPLIT_K: tl.constexpr,
     BLOCK: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
     DT: tl.constexpr = out_ptr.dtype.element_ty
+    _pdl_wait(USE_PDL)
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < TN
     y = tl.zeros((BLOCK,), tl.float32)
@@ -156,6 +273,9 @@ def _paired_gemv_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    USE_DOT: tl.constexpr,
+    USE_PDL: tl.constexpr,
+    ON_GPU: tl.constexpr,
 ):
     """RMSNorm(x) @ W^T for two row blocks a and b = a + PAIR, combined in the epilogue.
 
@@ -182,20 +302,39 @@ def _paired_gemv_kernel(
         rows_a = pid * BLOCK_N + lane
         rows_b = rows_a + N_OUT
         n_mask = rows_a < N_OUT
+    a_rows = w_ptr + rows_a.to(tl.int64)[:, None] * K
+    b_rows = w_ptr + rows_b.to(tl.int64)[:, None] * K
+    offs_k = tl.arange(0, BLOCK_K)
+    m = n_mask[:, None] & (offs_k[None, :] < K)
+    wa = tl.load(a_rows + offs_k[None, :], mask=m, other=0.0)
+    wb = tl.load(b_rows + offs_k[None, :], mask=m, other=0.0)
+    _pdl_wait(USE_PDL)
     rstd = _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T, BLOCK_K)
-    acc_a = tl.zeros((BLOCK_T, BLOCK_N, BLOCK_K), tl.float32)
-    acc_b = tl.zeros((BLOCK_T, BLOCK_N, BLOCK_K), tl.float32)
+    acc_a = tl.zeros((BLOCK_T, BLOCK_N, 1 if USE_DOT else BLOCK_K), tl.float32)
+    acc_b = tl.zeros((BLOCK_T, BLOCK_N, 1 if USE_DOT else BLOCK_K), tl.float32)
+    dot_a = tl.zeros((BLOCK_T, BLOCK_N), tl.float32)
+    dot_b = tl.zeros((BLOCK_T, BLOCK_N), tl.float32)
     for k0 in range(0, K, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
-        k_mask = offs_k < K
-        x = _load_x(x_ptr, norm_ptr, rstd, offs_t, t_mask, offs_k, k_mask, K, True, DT)
-        m = n_mask[:, None] & k_mask[None, :]
-        wa = tl.load(w_ptr + rows_a[:, None] * K + offs_k[None, :], mask=m, other=0.0)
-        wb = tl.load(w_ptr + rows_b[:, None] * K + offs_k[None, :], mask=m, other=0.0)
-        acc_a += x[:, None, :] * wa.to(tl.float32)[None, :, :]
-        acc_b += x[:, None, :] * wb.to(tl.float32)[None, :, :]
-    a = tl.sum(acc_a, axis=2)
-    b = tl.sum(acc_b, axis=2)
+        x = _load_x(x_ptr, norm_ptr, rstd, offs_t, t_mask, offs_k, offs_k < K, K, True, DT)
+        nxt = offs_k + BLOCK_K
+        m = n_mask[:, None] & (nxt[None, :] < K)
+        wa_next = tl.load(a_rows + nxt[None, :], mask=m, other=0.0)
+        wb_next = tl.load(b_rows + nxt[None, :], mask=m, other=0.0)
+        if USE_DOT:
+            dot_a = _dot(x, wa, dot_a, DT, ON_GPU)
+            dot_b = _dot(x, wb, dot_b, DT, ON_GPU)
+        else:
+            acc_a += x[:, None, :] * wa.to(tl.float32)[None, :, :]
+            acc_b += x[:, None, :] * wb.to(tl.float32)[None, :, :]
+        wa = wa_next
+        wb = wb_next
+    if USE_DOT:
+        a = dot_a
+        b = dot_b
+    else:
+        a = tl.sum(acc_a, axis=2)
+        b = tl.sum(acc_b, axis=2)
     if HAS_BIAS:
         a += tl.load(bias_ptr + rows_a, mask=n_mask, other=0.0).to(tl.float32)[None, :]
         b += tl.load(bias_ptr + rows_b, mask=n_mask, other=0.0).to(tl.float32)[None, :]
@@ -234,6 +373,47 @@ def _paired_gemv_kernel(
 
 
 @triton.jit
+def _combine_splits(
+    m_ptr,
+    l_ptr,
+    acc_ptr,
+    out_ptr,
+    rows,
+    r_mask,
+    SPLITS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+):
+    """Softmax-combine the splits of output rows `rows` ([R] row = t * heads + head); out is
+    [T, heads * HEAD_DIM] in row order. Reads the partials at L2 (.cg): other CTAs of the
+    same launch wrote them."""
+    DT: tl.constexpr = out_ptr.dtype.element_ty
+    s = tl.arange(0, BLOCK_S)
+    d = tl.arange(0, HEAD_DIM)
+    sm = r_mask[:, None] & (s[None, :] < SPLITS)
+    idx = rows[:, None] * SPLITS + s[None, :]  # [R, S]
+    m = tl.load(m_ptr + idx, mask=sm, other=float("-inf"), cache_modifier=".cg")
+    l_s = tl.load(l_ptr + idx, mask=sm, other=0.0, cache_modifier=".cg")
+    acc = tl.load(
+        acc_ptr + idx[:, :, None] * HEAD_DIM + d[None, None, :],
+        mask=sm[:, :, None],
+        other=0.0,
+        cache_modifier=".cg",
+    )
+    m_max = tl.max(m, axis=1)  # finite for real rows: split 0 always holds position 0
+    m_max = tl.where(r_mask, m_max, 0.0)
+    scale = tl.exp(m - m_max[:, None])
+    den = tl.sum(scale * l_s, axis=1)
+    den = tl.where(r_mask, den, 1.0)
+    out = tl.sum(scale[:, :, None] * acc, axis=1) / den[:, None]
+    tl.store(
+        out_ptr + rows[:, None] * HEAD_DIM + d[None, :],
+        _round(out, DT).to(DT),
+        mask=r_mask[:, None],
+    )
+
+
+@triton.jit
 def _attn_partial_kernel(
     q_ptr,
     k_ptr,
@@ -242,6 +422,8 @@ def _attn_partial_kernel(
     m_ptr,
     l_ptr,
     acc_ptr,
+    count_ptr,
+    out_ptr,
     T,
     MAX_LEN,
     sm_scale,
@@ -251,13 +433,19 @@ def _attn_partial_kernel(
     SPLITS: tl.constexpr,
     BLOCK_R: tl.constexpr,
     BLOCK_L: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    FUSED_REDUCE: tl.constexpr,
+    USE_PDL: tl.constexpr,
+    ON_GPU: tl.constexpr,
 ):
     """Partial softmax attention of one kv head's query group (rows r = t * GROUP + g) over
     one split of the cache positions 0 .. pos + T - 1; query t sees positions <= pos + t.
-    Stores the running max, sum and unnormalised output per (t, head, split)."""
+    Stores the running max, sum and unnormalised output per (t, head, split); with
+    FUSED_REDUCE the last CTA of the kv head combines them into out (no second launch)."""
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
-    pos = tl.load(pos_ptr)
+    pos = tl.load(pos_ptr)  # written before the step (host or the previous step's chain)
+    _pdl_wait(USE_PDL)
     n_ctx = pos + T
     r = tl.arange(0, BLOCK_R)
     t = r // GROUP
@@ -293,10 +481,15 @@ def _attn_partial_kernel(
         v = tl.load(v_ptr + kv_off, mask=l_mask[:, None], other=0.0).to(tl.float32)
         acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
         m_i = m_new
-    row = (t * N_HEADS + head) * SPLITS + split
+    rows = t * N_HEADS + head
+    row = rows * SPLITS + split
     tl.store(m_ptr + row, m_i, mask=r_mask)
     tl.store(l_ptr + row, l_i, mask=r_mask)
     tl.store(acc_ptr + row[:, None] * HEAD_DIM + d[None, :], acc, mask=r_mask[:, None])
+    if FUSED_REDUCE:  # noqa: SIM102 (constexpr first: no atomic at all without it)
+        if _ticket(count_ptr + kv_head, ON_GPU) == SPLITS - 1:
+            _combine_splits(m_ptr, l_ptr, acc_ptr, out_ptr, rows, r_mask, SPLITS, HEAD_DIM, BLOCK_S)
+            tl.store(count_ptr + kv_head, 0)
 
 
 @triton.jit
@@ -308,21 +501,9 @@ def _attn_reduce_kernel(
     HEAD_DIM: tl.constexpr,
     SPLITS: tl.constexpr,
     BLOCK_S: tl.constexpr,
+    USE_PDL: tl.constexpr,
 ):
-    """Combine one (token, head)'s splits; out is [T, heads * HEAD_DIM] in row order."""
-    DT: tl.constexpr = out_ptr.dtype.element_ty
-    row = tl.program_id(0)
-    s = tl.arange(0, BLOCK_S)
-    s_mask = s < SPLITS
-    d = tl.arange(0, HEAD_DIM)
-    m = tl.load(m_ptr + row * SPLITS + s, mask=s_mask, other=float("-inf"))
-    l_s = tl.load(l_ptr + row * SPLITS + s, mask=s_mask, other=0.0)
-    acc = tl.load(
-        acc_ptr + (row * SPLITS + s)[:, None] * HEAD_DIM + d[None, :],
-        mask=s_mask[:, None],
-        other=0.0,
-    )
-    m_max = tl.max(m, axis=0)  # finite: split 0 always holds position 0
-    scale = tl.exp(m - m_max)
-    out = tl.sum(scale[:, None] * acc, axis=0) / tl.sum(scale * l_s, axis=0)
-    tl.store(out_ptr + row * HEAD_DIM + d, _round(out, DT).to(DT))
+    """Combine one (token, head)'s splits (the two-launch variant of the attention)."""
+    _pdl_wait(USE_PDL)
+    rows = tl.program_id(0) + tl.arange(0, 1)
+    _combine_splits(m_ptr, l_ptr, acc_ptr, out_ptr, rows, rows >= 0, SPLITS, HEAD_DIM, BLOCK_S)

@@ -1,7 +1,7 @@
 """Hand-written Triton kernels for the GPU decode step (`engine.kernels = "triton"`).
 
-Five kernels per layer instead of inductor's fused graph, each built around what a batch-1
-decode step is: a stream of weight bytes.
+Five launches per layer and one for the output head, each built around what a batch-1
+decode step is: a stream of weight bytes that must never stop.
 
 * `_paired_gemv_kernel`: RMSNorm prologue + a GEMV whose CTA owns two row blocks a fixed
   distance apart, so the epilogue can combine them:
@@ -10,13 +10,21 @@ decode step is: a stream of weight bytes.
     step's positions (no separate RoPE / index_copy kernels);
   - gate/up (`SILU`): rows i and I + i give silu(gate) * up, so the down projection reads the
     [I] product and nothing else.
-* `_gemv_kernel`: GEMV with an optional RMSNorm prologue (the output head) and a residual
-  epilogue (O and down projections, written into the residual in place); split-K writes fp32
-  partials that `_splitk_reduce_kernel` sums, rounds and adds to the residual.
-* `_attn_partial_kernel` + `_attn_reduce_kernel`: flash-decoding over the slot's cache. One
-  CTA per (kv head, split) handles the kv head's whole query group for all T tokens; the
-  split boundaries follow the position read on the device, so a captured graph spreads the
-  live context, not the cache's capacity, over the splits.
+* `_gemv_kernel`: GEMV with an optional RMSNorm prologue and a residual epilogue (O and
+  down projections, written into the residual in place); optional split-K (fp32 partials
+  summed by `_splitk_reduce_kernel`). For the output head its epilogue also masks the
+  banned tokens and takes the argmax across CTAs (one 64-bit atomic max each; the last CTA
+  decodes it), and in a decode graph writes that token and position + 1 where the next
+  replay reads them: no argmax, copy or add kernels after the head.
+* `_attn_partial_kernel`: flash-decoding over the slot's cache. One CTA per (kv head,
+  split) handles the kv head's whole query group for all T tokens; the split boundaries
+  follow the position read on the device, so a captured graph spreads the live context,
+  not the cache's capacity, over the splits; the last CTA of each kv head combines the
+  splits (or `_attn_reduce_kernel` does, in a second launch).
+
+On Hopper every kernel is launched with programmatic dependent launch (`triton_jit`): it
+starts while its predecessor drains and reads its first weight tile before waiting, which
+hides most of the gap between two kernels of a CUDA graph.
 
 Numerics follow the eager PyTorch step: bf16 (the model dtype) wherever PyTorch rounds
 (norm output, each matmul output, each RoPE product, silu(gate), silu * up, residual adds),
@@ -25,21 +33,19 @@ to bf16), so scores agree to ~1e-3, not bit for bit.
 
 Every kernel handles T tokens (T = 1 decode, k + 1 for a speculative verify) with the token
 axis as a small leading block: tuned for T = 1; at T > 1 the broadcast-and-sum tiles grow
-with T and a `tl.dot` version would serve better (not written).
+with T (the engine verifies with the PyTorch step instead: see `cuda_graphs.step_function`).
 
-Performance: UNMEASURED. The block sizes below are first guesses for an H200 (132 SMs, aim at
-2-4 CTAs per SM for every GEMV, 16-byte loads along K) and exist to be swept by
-`scripts/gpu_engine_profile.py --variants triton,triton:down.split_k=4,...`. Only the Triton CPU
-interpreter (TRITON_INTERPRET=1) has run this code so far (tests/test_triton_kernels.py).
-
-The kernels themselves (device code) are in `triton_jit`. This module imports triton at the
-top: import it only when `engine.kernels` asks for it.
+Block sizes: `CONFIGS` holds the best of a sweep on the H200 for the Llama-3.2-1B shape
+(`scripts/gpu_kernel_sweep.py`, results in docs/bench/); other shapes run with them too.
 """
 
 from __future__ import annotations
 
+import json
 import math
-from dataclasses import dataclass, replace
+import os
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -53,7 +59,14 @@ from ling_local.engines.triton_jit import (
     _splitk_reduce_kernel,
 )
 
-__all__ = ["CONFIGS", "GemvConfig", "triton_step", "unsupported_reason"]
+__all__ = [
+    "CONFIGS",
+    "AttnConfig",
+    "GemvConfig",
+    "Scratch",
+    "triton_step",
+    "unsupported_reason",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,21 +80,55 @@ class GemvConfig:
     num_warps: int = 4
 
 
-# Llama-3.2-1B (H 2048, I 8192, 32/8 heads of 64, vocab 128256): CTAs per launch in the
-# comments. First guesses, to be swept on the H200.
+@dataclass(frozen=True, slots=True)
+class AttnConfig:
+    splits: int = 16
+    """Flash-decoding splits per kv head, over the live context."""
+    block_l: int = 32
+    """Cache positions per loop iteration at T = 1 (halved as the query rows grow)."""
+    num_warps: int = 4
+    fused_reduce: bool = True
+    """The last CTA of a kv head combines its splits (one launch instead of two)."""
+
+
+# Llama-3.2-1B (H 2048, I 8192, 32/8 heads of 64, vocab 128256) on the H200: CTAs per
+# launch in the comments.
 CONFIGS: dict[str, GemvConfig] = {
     "qkv": GemvConfig(block_n=8, block_k=256),  # 3072 rows -> 192 CTAs of 16 rows
     "gate_up": GemvConfig(block_n=16, block_k=256),  # 16384 rows -> 512 CTAs of 32 rows
     "o": GemvConfig(block_n=8, block_k=256),  # 2048 rows -> 256 CTAs
-    "down": GemvConfig(block_n=8, block_k=512, split_k=2),  # 256 x 2 = 512 CTAs
+    "down": GemvConfig(block_n=4, block_k=512),  # 2048 rows -> 512 CTAs
     "lm_head": GemvConfig(block_n=32, block_k=256),  # 128256 rows -> 4008 CTAs
 }
-ATTN_SPLITS = 16
-"""Flash-decoding splits per kv head (8 kv heads -> 128 CTAs), over the live context."""
-ATTN_BLOCK_L = 32
-"""Cache positions per attention loop iteration at T = 1 (halved as the query rows grow)."""
-ATTN_NUM_WARPS = 4
-"""Warps of an attention CTA at T = 1 (more for a verify's larger tile)."""
+ATTN = {"attn": AttnConfig()}
+
+
+@dataclass(slots=True)
+class Settings:
+    pdl: bool = os.environ.get("LING_LOCAL_TRITON_PDL", "1") != "0"
+    """Programmatic dependent launch where the GPU has it (compute capability >= 9)."""
+
+
+SETTINGS = Settings()
+
+
+def load_configs(path: str | os.PathLike) -> None:
+    """Take block sizes (and `pdl`) from a JSON file of the sweep script's form
+    ({"qkv": {"block_n": 8, ...}, "attn": {...}, "pdl": true}); unknown names refused."""
+    data = json.loads(Path(path).read_text())
+    for name, fields in data.items():
+        if name == "pdl":
+            SETTINGS.pdl = bool(fields)
+        elif name in ATTN:
+            ATTN[name] = AttnConfig(**fields)
+        elif name in CONFIGS:
+            CONFIGS[name] = GemvConfig(**fields)
+        else:
+            raise ValueError(f"{path}: unknown kernel {name!r}")
+
+
+if os.environ.get("LING_LOCAL_TRITON_CONFIGS"):
+    load_configs(os.environ["LING_LOCAL_TRITON_CONFIGS"])
 
 
 def unsupported_reason(w) -> str | None:
@@ -93,9 +140,8 @@ def unsupported_reason(w) -> str | None:
         return f"head_dim {d} is not a power of two >= 16"
     if w.n_heads % w.n_kv_heads:
         return "query heads are not a multiple of kv heads"
-    for name in ("qkv",):
-        if (d // 2) % CONFIGS[name].block_n:
-            return f"head_dim/2 = {d // 2} is not a multiple of CONFIGS['qkv'].block_n"
+    if (d // 2) % CONFIGS["qkv"].block_n:
+        return f"head_dim/2 = {d // 2} is not a multiple of CONFIGS['qkv'].block_n"
     return None
 
 
@@ -104,9 +150,65 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def _block_k(cfg: GemvConfig, block_t: int) -> int:
-    # The accumulator is [T, block_n, block_k]: keep it about the T = 1 size.
-    return max(16, cfg.block_k // block_t)
+def _tiles(cfg: GemvConfig, t: int, max_block_n: int | None = None) -> dict:
+    """BLOCK_T / BLOCK_N / BLOCK_K / USE_DOT for T tokens. T = 1: the config as is. T > 1
+    (a verify): tensor-core dots on tiles padded to 16 tokens, where the rows allow a
+    16-row block; else the broadcast-and-sum tiles, BLOCK_K shrunk to keep the
+    [T, block_n, block_k] accumulator about the T = 1 size."""
+    if t == 1:
+        return dict(BLOCK_T=1, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, USE_DOT=False)
+    block_n = max(16, cfg.block_n)
+    if max_block_n is None or (max_block_n >= 16 and max_block_n % block_n == 0):
+        return dict(
+            BLOCK_T=max(16, _pow2(t)), BLOCK_N=block_n, BLOCK_K=min(cfg.block_k, 256), USE_DOT=True
+        )
+    block_t = _pow2(t)
+    return dict(
+        BLOCK_T=block_t, BLOCK_N=cfg.block_n, BLOCK_K=max(16, cfg.block_k // block_t),
+        USE_DOT=False,
+    )  # fmt: skip
+
+
+def _on_gpu(t: torch.Tensor) -> bool:
+    return t.is_cuda and os.environ.get("TRITON_INTERPRET") != "1"
+
+
+def _launch(t: torch.Tensor) -> dict:
+    """Launch options: PDL on Hopper and later, unless turned off."""
+    if SETTINGS.pdl and _on_gpu(t) and torch.cuda.get_device_capability(t.device)[0] >= 9:
+        return {"launch_pdl": True, "USE_PDL": True}
+    return {"USE_PDL": False}
+
+
+@dataclass(eq=False)
+class Scratch:
+    """Buffers the kernels of one captured step keep between launches: the attention's
+    partials and counters, the head's argmax keys and counter, the banned-token mask. The
+    counters and keys are reset by the kernels that use them, so a graph replays as is."""
+
+    device: torch.device
+    vocab: int
+    banned: torch.Tensor | None = None
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def get(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, fill=None):
+        buf = self.buffers.get(name)
+        if buf is None or buf.shape != shape:
+            if fill is None:
+                buf = torch.empty(shape, dtype=dtype, device=self.device)
+            else:
+                buf = torch.full(shape, fill, dtype=dtype, device=self.device)
+            self.buffers[name] = buf
+        return buf
+
+    def banned_mask(self) -> torch.Tensor:
+        mask = self.buffers.get("banned_mask")
+        if mask is None:
+            mask = torch.zeros(self.vocab, dtype=torch.int8, device=self.device)
+            if self.banned is not None and self.banned.numel():
+                mask[self.banned] = 1
+            self.buffers["banned_mask"] = mask
+        return mask
 
 
 def gemv(
@@ -117,40 +219,65 @@ def gemv(
     residual: torch.Tensor | None = None,
     norm: torch.Tensor | None = None,
     eps: float = 0.0,
+    scratch: Scratch | None = None,
 ) -> torch.Tensor:
     """(residual +) rmsnorm?(x) @ weight^T for x [T, K]; with a residual, written into it."""
     t, k = x.shape
     n = weight.shape[0]
     out = residual if residual is not None else x.new_empty((t, n))
-    block_t = _pow2(t)
     split = cfg.split_k
-    part = out if split == 1 else torch.empty((split, t, n), dtype=torch.float32, device=x.device)
-    grid = (triton.cdiv(n, cfg.block_n), split)
-    _gemv_kernel[grid](
-        x,
-        weight,
-        out,
-        out,
-        norm if norm is not None else x,
-        part,
-        t,
-        n,
-        k,
-        eps,
-        NORM=norm is not None,
-        RESIDUAL=residual is not None,
-        SPLIT_K=split,
-        BLOCK_T=block_t,
-        BLOCK_N=cfg.block_n,
-        BLOCK_K=_block_k(cfg, block_t),
-        num_warps=cfg.num_warps,
-    )
+    part = out
+    if split > 1:
+        shape, f32 = (split, t, n), torch.float32
+        part = (
+            scratch.get(f"part{n}", shape, f32)
+            if scratch
+            else torch.empty(shape, dtype=f32, device=x.device)
+        )
+    launch = _launch(x)
+    tiles = _tiles(cfg, t)
+    _gemv_kernel[(triton.cdiv(n, tiles["BLOCK_N"]), split)](
+        x, weight, out, out, norm if norm is not None else x, part,
+        x, x, x, x, x, x, t, n, k, eps,
+        NORM=norm is not None, RESIDUAL=residual is not None, SPLIT_K=split, ARGMAX=False,
+        CHAIN=False, ON_GPU=_on_gpu(x), num_warps=cfg.num_warps, **tiles, **launch,
+    )  # fmt: skip
     if split > 1:
         block = 1024
         _splitk_reduce_kernel[(triton.cdiv(t * n, block),)](
-            part, out, out, t * n, RESIDUAL=residual is not None, SPLIT_K=split, BLOCK=block
-        )
+            part, out, out, t * n, RESIDUAL=residual is not None, SPLIT_K=split, BLOCK=block,
+            **launch,
+        )  # fmt: skip
     return out
+
+
+def lm_head_argmax(
+    x: torch.Tensor,
+    norm: torch.Tensor,
+    weight: torch.Tensor,
+    eps: float,
+    scratch: Scratch,
+    tokens: torch.Tensor | None = None,
+    pos: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits of rmsnorm(x) (banned tokens -inf) and their argmax [T], in one launch. With
+    `tokens` and `pos` (a decode graph), also tokens = argmax and pos += T."""
+    t, k = x.shape
+    n = weight.shape[0]
+    cfg = CONFIGS["lm_head"]
+    logits = x.new_empty((t, n))
+    argmax = torch.empty(t, dtype=torch.long, device=x.device)
+    keys = scratch.get(f"keys{t}", (t,), torch.long, fill=-(2**63))
+    count = scratch.get(f"head_count{t}", (1,), torch.int32, fill=0)
+    chain = tokens is not None and pos is not None
+    tiles = _tiles(cfg, t)
+    _gemv_kernel[(triton.cdiv(n, tiles["BLOCK_N"]), 1)](
+        x, weight, logits, logits, norm, logits, scratch.banned_mask(), keys, count, argmax,
+        tokens if chain else argmax, pos if chain else argmax, t, n, k, eps,
+        NORM=True, RESIDUAL=False, SPLIT_K=1, ARGMAX=True, CHAIN=chain, ON_GPU=_on_gpu(x),
+        num_warps=cfg.num_warps, **tiles, **_launch(x),
+    )  # fmt: skip
+    return logits, argmax
 
 
 def gate_up_silu(
@@ -161,12 +288,11 @@ def gate_up_silu(
     inter = w13.shape[0] // 2
     cfg = CONFIGS["gate_up"]
     out = x.new_empty((t, inter))
-    block_t = _pow2(t)
-    _paired_gemv_kernel[(triton.cdiv(inter, cfg.block_n),)](
+    tiles = _tiles(cfg, t)
+    _paired_gemv_kernel[(triton.cdiv(inter, tiles["BLOCK_N"]),)](
         x, w13, norm, x, out, x, x, x, x, x, t, k, inter, eps, 0,
-        ROPE_KV=False, HAS_BIAS=False, N_HEADS=1, N_KV=1, HEAD_DIM=2,
-        BLOCK_T=block_t, BLOCK_N=cfg.block_n, BLOCK_K=_block_k(cfg, block_t),
-        num_warps=cfg.num_warps,
+        ROPE_KV=False, HAS_BIAS=False, N_HEADS=1, N_KV=1, HEAD_DIM=2, ON_GPU=_on_gpu(x),
+        num_warps=cfg.num_warps, **tiles, **_launch(x),
     )  # fmt: skip
     return out
 
@@ -190,14 +316,15 @@ def qkv_rope_kv(
     t, k = x.shape
     cfg = CONFIGS["qkv"]
     q = x.new_empty((t, n_heads * head_dim))
-    block_t = _pow2(t)
-    grid = ((n_heads + 2 * n_kv) * (head_dim // 2 // cfg.block_n),)
+    tiles = _tiles(cfg, t, max_block_n=head_dim // 2)
+    if (head_dim // 2) % tiles["BLOCK_N"]:
+        raise ValueError(f"qkv block_n {tiles['BLOCK_N']} does not divide head_dim/2")
+    grid = ((n_heads + 2 * n_kv) * (head_dim // 2 // tiles["BLOCK_N"]),)
     _paired_gemv_kernel[grid](
         x, wqkv, norm, bias if bias is not None else x, q, k_cache, v_cache, cos, sin, pos,
         t, k, 0, eps, k_cache.shape[1],
         ROPE_KV=True, HAS_BIAS=bias is not None, N_HEADS=n_heads, N_KV=n_kv,
-        HEAD_DIM=head_dim, BLOCK_T=block_t, BLOCK_N=cfg.block_n,
-        BLOCK_K=_block_k(cfg, block_t), num_warps=cfg.num_warps,
+        HEAD_DIM=head_dim, ON_GPU=_on_gpu(x), num_warps=cfg.num_warps, **tiles, **_launch(x),
     )  # fmt: skip
     return q
 
@@ -210,30 +337,40 @@ def decode_attention(
     n_heads: int,
     n_kv: int,
     head_dim: int,
+    scratch: Scratch | None = None,
+    cfg: AttnConfig | None = None,
 ) -> torch.Tensor:
     """Attention of q [T, n_heads * head_dim] (query t at position pos + t, causal) over the
     cache [n_kv, max_len, head_dim]; returns [T, n_heads * head_dim]."""
+    cfg = cfg or ATTN["attn"]
     t = q.shape[0]
     group = n_heads // n_kv
-    splits = ATTN_SPLITS
+    splits = cfg.splits
     rows = t * n_heads
-    f32 = dict(dtype=torch.float32, device=q.device)
-    m = torch.empty((rows, splits), **f32)
-    l_sum = torch.empty((rows, splits), **f32)
-    acc = torch.empty((rows, splits, head_dim), **f32)
+    scratch = scratch or Scratch(q.device, 0)
+    f32 = torch.float32
+    m = scratch.get(f"attn_m{t}", (rows, splits), f32)
+    l_sum = scratch.get(f"attn_l{t}", (rows, splits), f32)
+    acc = scratch.get(f"attn_acc{t}", (rows, splits, head_dim), f32)
+    count = scratch.get(f"attn_count{t}", (n_kv,), torch.int32, fill=0)
     block_r = _pow2(group * t)
-    block_l = max(8, ATTN_BLOCK_L * _pow2(group) // block_r)
+    block_l = max(8, cfg.block_l * _pow2(group) // block_r)
     # The [rows, positions, head_dim] product tile grows with T: more warps, not spills.
-    warps = min(16, max(ATTN_NUM_WARPS, block_r * block_l * head_dim // 2048))
-    _attn_partial_kernel[(n_kv, splits)](
-        q, k_cache, v_cache, pos, m, l_sum, acc, t, k_cache.shape[1], 1.0 / math.sqrt(head_dim),
-        N_HEADS=n_heads, GROUP=group, HEAD_DIM=head_dim, SPLITS=splits,
-        BLOCK_R=block_r, BLOCK_L=block_l, num_warps=warps,
-    )  # fmt: skip
+    warps = min(16, max(cfg.num_warps, block_r * block_l * head_dim // 2048))
     out = q.new_empty((t, n_heads * head_dim))
-    _attn_reduce_kernel[(rows,)](
-        m, l_sum, acc, out, HEAD_DIM=head_dim, SPLITS=splits, BLOCK_S=_pow2(splits)
-    )
+    launch = _launch(q)
+    _attn_partial_kernel[(n_kv, splits)](
+        q, k_cache, v_cache, pos, m, l_sum, acc, count, out, t, k_cache.shape[1],
+        1.0 / math.sqrt(head_dim),
+        N_HEADS=n_heads, GROUP=group, HEAD_DIM=head_dim, SPLITS=splits, BLOCK_R=block_r,
+        BLOCK_L=block_l, BLOCK_S=_pow2(splits), FUSED_REDUCE=cfg.fused_reduce,
+        ON_GPU=_on_gpu(q), num_warps=warps, **launch,
+    )  # fmt: skip
+    if not cfg.fused_reduce:
+        _attn_reduce_kernel[(rows,)](
+            m, l_sum, acc, out, HEAD_DIM=head_dim, SPLITS=splits, BLOCK_S=_pow2(splits),
+            **launch,
+        )  # fmt: skip
     return out
 
 
@@ -246,9 +383,15 @@ def triton_step(
     rows: torch.Tensor,
     cols: torch.Tensor,
     banned: torch.Tensor,
+    scratch: Scratch | None = None,
+    chain: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`cuda_graphs._step` with these kernels: 5 + 1 per split-K GEMV launches per layer.
-    `rows` / `cols` are unused (the kernels read `pos` and mask themselves)."""
+    """`cuda_graphs._step` with these kernels: 5 launches per layer (+1 per split-K GEMV or
+    unfused attention reduce) and one for the head. `rows` / `cols` are unused (the kernels
+    read `pos` and mask themselves). With `chain` the step also advances itself (tokens =
+    argmax, pos += T)."""
+    if scratch is None:
+        scratch = Scratch(tokens.device, w.lm_head.shape[0], banned)
     x = F.embedding(tokens, w.embed)  # the residual stream, updated in place
     nh, nkv, hd, eps = w.n_heads, w.n_kv_heads, w.head_dim, w.eps
     for i, layer in enumerate(w.layers):
@@ -256,15 +399,18 @@ def triton_step(
             x, layer.ln_in, layer.wqkv, layer.bqkv, k_cache[i], v_cache[i], w.cos, w.sin, pos,
             nh, nkv, hd, eps,
         )  # fmt: skip
-        attn = decode_attention(q, k_cache[i], v_cache[i], pos, nh, nkv, hd)
-        gemv(attn, layer.wo, CONFIGS["o"], residual=x)
+        attn = decode_attention(q, k_cache[i], v_cache[i], pos, nh, nkv, hd, scratch)
+        gemv(attn, layer.wo, CONFIGS["o"], residual=x, scratch=scratch)
         act = gate_up_silu(x, layer.ln_post, layer.w13, eps)
-        gemv(act, layer.w2, CONFIGS["down"], residual=x)
-    logits = gemv(x, w.lm_head, CONFIGS["lm_head"], norm=w.norm, eps=eps)
-    logits = logits.index_fill(-1, banned, float("-inf"))
-    return logits, logits.argmax(dim=-1)
+        gemv(act, layer.w2, CONFIGS["down"], residual=x, scratch=scratch)
+    if chain:
+        return lm_head_argmax(x, w.norm, w.lm_head, eps, scratch, tokens, pos)
+    return lm_head_argmax(x, w.norm, w.lm_head, eps, scratch)
 
 
-def set_config(name: str, **changes: int) -> None:
-    """Change one projection's block sizes (the profile script's sweeps)."""
-    CONFIGS[name] = replace(CONFIGS[name], **changes)
+def set_config(name: str, **changes) -> None:
+    """Change one kernel's block sizes (the sweep script's variants)."""
+    if name in ATTN:
+        ATTN[name] = replace(ATTN[name], **changes)
+    else:
+        CONFIGS[name] = replace(CONFIGS[name], **changes)

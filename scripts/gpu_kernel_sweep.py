@@ -1,0 +1,458 @@
+"""Block-size sweep of the Triton decode kernels on the GPU, then the whole step.
+
+For the random Llama-3.2-1B-shaped model of `bench engine` (bf16, 512-token context):
+
+1. the device's copy and read bandwidth (the floor's denominator);
+2. every kernel of the decode step (qkv, attn, o, gate_up, down, lm_head) under a grid of
+   block sizes: each variant launched once per layer's weights (16 launches, as in a real
+   step, so L2 never holds the weights), captured in a CUDA graph, replays timed with
+   events; compiled first in parallel worker processes (Triton's disk cache);
+3. the whole captured step with the best of each (PDL on and off, the attention's fused
+   reduce on and off), the PyTorch graph step for reference, and T = 9 (a verify);
+4. the Triton step against the PyTorch step, teacher-forced: logits error and argmax.
+
+Writes $OUT/kernel_sweep.json (every number) and $OUT/best.json (the winning block sizes,
+for LING_LOCAL_TRITON_CONFIGS); prints a table last.
+    python3 scripts/gpu_kernel_sweep.py --out $OUT [--quick]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import multiprocessing as mp
+import os
+import statistics
+import sys
+import time
+import traceback
+from dataclasses import replace
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+import torch  # noqa: E402
+
+SHAPE = dict(
+    vocab_size=128256,
+    hidden_size=2048,
+    intermediate_size=8192,
+    num_hidden_layers=16,
+    num_attention_heads=32,
+    num_key_value_heads=8,
+    tie_word_embeddings=True,
+)
+CONTEXT = 512
+MAX_LEN = 1024
+DEVICE = "cuda"
+SMOKE = dict(
+    vocab_size=512,
+    hidden_size=128,
+    intermediate_size=256,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    tie_word_embeddings=True,
+    head_dim=32,
+)
+
+
+# --------------------------------------------------------------------------- the grid
+def _fits(per_thread: float) -> bool:
+    return 4 <= per_thread <= 64
+
+
+def grid(quick: bool, half_head: int = 32) -> dict[str, list[dict]]:
+    """Variants per kernel; accumulator elements per thread kept in [4, 64] (no spills)."""
+    out: dict[str, list[dict]] = {}
+    paired = []
+    for bn, bk, w in itertools.product((4, 8, 16, 32), (128, 256, 512), (2, 4, 8)):
+        if _fits(2 * bn * bk / (32 * w)):
+            paired.append(dict(block_n=bn, block_k=bk, num_warps=w))
+    out["qkv"] = [c for c in paired if half_head % c["block_n"] == 0]
+    out["gate_up"] = list(paired)
+    o, down = [], []
+    for bn, bk, w in itertools.product((1, 2, 4, 8, 16), (256, 512, 1024, 2048), (2, 4, 8)):
+        if not _fits(bn * bk / (32 * w)):
+            continue
+        if bk < 2048:  # K = 2048: a 2048-wide tile leaves nothing to prefetch
+            o += [dict(block_n=bn, block_k=bk, num_warps=w, split_k=s) for s in (1, 2)]
+        if bk > 256 and bn < 16:
+            down += [dict(block_n=bn, block_k=bk, num_warps=w, split_k=s) for s in (1, 2)]
+    out["o"], out["down"] = o, down
+    head = []
+    for bn, bk, w in itertools.product((8, 16, 32, 64), (128, 256, 512, 1024), (4, 8)):
+        if _fits(bn * bk / (32 * w)):
+            head.append(dict(block_n=bn, block_k=bk, num_warps=w))
+    out["lm_head"] = head
+    attn = []
+    for s, bl, w, fused in itertools.product((4, 8, 16, 32), (16, 32, 64), (2, 4), (True, False)):
+        if 4 * bl * 64 / (32 * w) <= 128:
+            attn.append(dict(splits=s, block_l=bl, num_warps=w, fused_reduce=fused))
+    out["attn"] = attn
+    if quick:
+        out = {k: v[:: max(1, len(v) // 6)] for k, v in out.items()}
+    return out
+
+
+# --------------------------------------------------------------------------- fixtures
+class Fixture:
+    """The model's weights and the activations each kernel reads, on the GPU."""
+
+    def __init__(self, layers: int | None = None) -> None:
+        from transformers import LlamaConfig, LlamaForCausalLM
+
+        from ling_local.engines.llama_runner import LlamaRunner
+
+        shape = dict(SMOKE if DEVICE == "cpu" else SHAPE)
+        if layers is not None:
+            shape["num_hidden_layers"] = layers
+        config = LlamaConfig(max_position_embeddings=4096, rope_theta=500000.0, **shape)
+        torch.manual_seed(0)
+        with torch.device(DEVICE):
+            model = LlamaForCausalLM(config).to(torch.bfloat16).eval()
+        self.model = model
+        self.runner = LlamaRunner(model, torch.device(DEVICE), MAX_LEN, cuda_graphs=False)
+        self.w = self.runner.weights
+        self.slot = self.runner.new_cache()
+        gen = torch.Generator().manual_seed(1)
+        self.prompt = torch.randint(3, shape["vocab_size"], (CONTEXT,), generator=gen).tolist()
+        with torch.inference_mode():
+            self.runner.forward(self.slot, self.prompt)
+        dev, bf = DEVICE, torch.bfloat16
+        h, i = shape["hidden_size"], shape["intermediate_size"]
+        self.x = torch.randn(1, h, device=dev, dtype=bf)
+        self.q = torch.randn(1, h, device=dev, dtype=bf)
+        self.act = torch.randn(1, i, device=dev, dtype=bf) * 0.1
+        self.pos = torch.tensor([CONTEXT], device=dev)
+
+    def op(self, name: str):
+        """A function launching kernel `name` once per layer (the lm_head: 4 times)."""
+        from ling_local.engines import triton_kernels as tk
+
+        w, s = self.w, tk.Scratch(torch.device(DEVICE), self.w.lm_head.shape[0])
+        nh, nkv, hd, eps = w.n_heads, w.n_kv_heads, w.head_dim, w.eps
+        ks, vs = self.slot.k, self.slot.v
+
+        def run() -> None:
+            for i, layer in enumerate(w.layers):
+                if name == "qkv":
+                    tk.qkv_rope_kv(
+                        self.x, layer.ln_in, layer.wqkv, None, ks[i], vs[i], w.cos, w.sin,
+                        self.pos, nh, nkv, hd, eps,
+                    )  # fmt: skip
+                elif name == "attn":
+                    tk.decode_attention(self.q, ks[i], vs[i], self.pos, nh, nkv, hd, s)
+                elif name == "o":
+                    tk.gemv(self.q, layer.wo, tk.CONFIGS["o"], residual=self.x, scratch=s)
+                elif name == "gate_up":
+                    tk.gate_up_silu(self.x, layer.ln_post, layer.w13, eps)
+                elif name == "down":
+                    tk.gemv(self.act, layer.w2, tk.CONFIGS["down"], residual=self.x, scratch=s)
+                elif name == "lm_head" and i < 4:
+                    tk.lm_head_argmax(self.x, w.norm, w.lm_head, eps, s)
+
+        return run
+
+    def op_bytes(self, name: str) -> int:
+        w = self.w
+        n = len(w.layers)
+        layer = w.layers[0]
+        per = {
+            "qkv": layer.wqkv.numel() * 2 * n,
+            "o": layer.wo.numel() * 2 * n,
+            "gate_up": layer.w13.numel() * 2 * n,
+            "down": layer.w2.numel() * 2 * n,
+            "lm_head": w.lm_head.numel() * 2 * 4,
+            "attn": 2 * self.slot.k[0][:, : CONTEXT + 1].numel() * 2 * n,
+        }
+        return per[name]
+
+
+def apply(name: str, cfg: dict) -> None:
+    from ling_local.engines import triton_kernels as tk
+
+    if name == "attn":
+        tk.ATTN["attn"] = tk.AttnConfig(**cfg)
+    else:
+        tk.CONFIGS[name] = tk.GemvConfig(**cfg)
+
+
+def graph_ms(fn, reps: int = 25) -> float:
+    """Median replay time of `fn` captured in a CUDA graph."""
+    if DEVICE == "cpu":  # the smoke run: the logic, not the time
+        with torch.inference_mode():
+            t0 = time.perf_counter()
+            fn()
+        return (time.perf_counter() - t0) * 1e3
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream), torch.inference_mode():
+        fn()
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph), torch.inference_mode():
+        fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(reps):
+        a = torch.cuda.Event(enable_timing=True)
+        b = torch.cuda.Event(enable_timing=True)
+        a.record()
+        graph.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    del graph
+    return statistics.median(times)
+
+
+# --------------------------------------------------------------------------- workers
+def _compile_worker(jobs: list[tuple[str, dict]], pdl: bool) -> list[str]:
+    """Run each (kernel, config) once on a 1-layer fixture: Triton compiles it into the
+    shared disk cache. Returns the failures."""
+    from ling_local.engines import triton_kernels as tk
+
+    tk.SETTINGS.pdl = pdl
+    fx = Fixture(layers=1)
+    failed = []
+    for name, cfg in jobs:
+        try:
+            apply(name, cfg)
+            with torch.inference_mode():
+                fx.op(name)()
+            torch.cuda.synchronize()
+        except Exception as err:  # reported; the variant is skipped
+            failed.append(f"{name} {cfg}: {type(err).__name__}: {str(err)[:300]}")
+    return failed
+
+
+def precompile(jobs: list[tuple[str, dict]], workers: int, pdl: bool) -> list[str]:
+    ctx = mp.get_context("spawn")
+    chunks = [jobs[i::workers] for i in range(workers)]
+    with ctx.Pool(workers) as pool:
+        results = pool.starmap(_compile_worker, [(c, pdl) for c in chunks if c])
+    return [f for r in results for f in r]
+
+
+# --------------------------------------------------------------------------- measures
+def bandwidth() -> dict:
+    if DEVICE == "cpu":
+        return {"copy_tb_s": 0.01, "read_tb_s": 0.01}
+    n = 2 * 2**30 // 2
+    src = torch.empty(n, dtype=torch.bfloat16, device="cuda").uniform_()
+    dst = torch.empty_like(src)
+    total = torch.empty((), dtype=torch.float32, device="cuda")
+    copy = graph_ms(lambda: dst.copy_(src), reps=10)
+    read = graph_ms(lambda: torch.sum(src, dtype=torch.float32, out=total), reps=10)
+    return {
+        "copy_tb_s": round(2 * n * 2 / (copy * 1e-3) / 1e12, 3),
+        "read_tb_s": round(n * 2 / (read * 1e-3) / 1e12, 3),
+    }
+
+
+def sweep(fx: Fixture, variants: dict[str, list[dict]], failed: set[str]) -> dict:
+    results: dict = {}
+    for name, cfgs in variants.items():
+        rows = []
+        nbytes = fx.op_bytes(name)
+        launches = 4 if name == "lm_head" else len(fx.w.layers)
+        for cfg in cfgs:
+            key = f"{name} {cfg}"
+            if any(f.startswith(key) for f in failed):
+                continue
+            try:
+                apply(name, cfg)
+                ms = graph_ms(fx.op(name))
+                rows.append(
+                    dict(
+                        cfg=cfg,
+                        us=round(ms * 1e3 / launches, 2),
+                        tb_s=round(nbytes / (ms * 1e-3) / 1e12, 3),
+                    )
+                )
+            except Exception as err:
+                rows.append(dict(cfg=cfg, error=f"{type(err).__name__}: {str(err)[:200]}"))
+        ok = sorted((r for r in rows if "us" in r), key=lambda r: r["us"])
+        results[name] = {"best": ok[0] if ok else None, "top": ok[:8], "n": len(rows),
+                         "errors": [r for r in rows if "error" in r][:5]}  # fmt: skip
+        if ok:
+            apply(name, ok[0]["cfg"])
+        print(f"  {name:8} best {ok[0]['us'] if ok else '-'} us {ok[0]['cfg'] if ok else ''}",
+              flush=True)  # fmt: skip
+    return results
+
+
+def step_times(fx: Fixture) -> dict:
+    from ling_local.engines import triton_kernels as tk
+    from ling_local.engines.cuda_graphs import GraphStep
+
+    w, out = fx.w, {}
+    start = len(fx.prompt)
+
+    def timed(t: int, kernels: str, reps: int = 60) -> float:
+        if DEVICE == "cpu":
+            reps = 5
+        step = GraphStep(w, fx.slot, t, MAX_LEN, kernels=kernels)
+        step.load(fx.prompt[-t:], start)
+        for _ in range(3):
+            step.replay()
+        if DEVICE == "cpu":
+            return 0.0
+        torch.cuda.synchronize()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        times = []
+        for _ in range(5):
+            if t > 1:
+                step.load(fx.prompt[-t:], start)
+            else:
+                step.load(fx.prompt[-1:], start)
+            a.record()
+            for _ in range(reps // 5):
+                step.replay()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) / (reps // 5))
+        fx.slot.graphs.clear()
+        return round(statistics.median(times), 4)
+
+    attn = tk.ATTN["attn"]
+    for label, pdl, fused in (
+        ("triton", True, attn.fused_reduce),
+        ("triton, no PDL", False, attn.fused_reduce),
+        (f"triton, attn fused={not attn.fused_reduce}", True, not attn.fused_reduce),
+    ):
+        tk.SETTINGS.pdl = pdl
+        tk.ATTN["attn"] = replace(attn, fused_reduce=fused)
+        try:
+            out[label] = timed(1, "triton")
+        except Exception as err:
+            out[label] = f"failed: {type(err).__name__}: {str(err)[:200]}"
+        print(f"  step T=1 {label}: {out[label]}", flush=True)
+    tk.SETTINGS.pdl = True
+    tk.ATTN["attn"] = attn
+    for label, t, kernels in (("torch graph", 1, "torch"), ("triton T=9", 9, "triton"),
+                              ("torch graph T=9", 9, "torch")):  # fmt: skip
+        try:
+            out[label] = timed(t, kernels)
+        except Exception as err:
+            out[label] = f"failed: {type(err).__name__}: {str(err)[:200]}"
+        print(f"  step {label}: {out[label]}", flush=True)
+    return out
+
+
+def agreement(fx: Fixture, steps: int = 48) -> dict:
+    if DEVICE == "cpu":
+        steps = 3
+    """Teacher-forced: both steps fed the torch step's tokens from the same cache state."""
+    from ling_local.engines.cuda_graphs import GraphStep
+
+    w = fx.w
+    start = len(fx.prompt)
+    slot2 = fx.runner.new_cache()
+    with torch.inference_mode():
+        fx.runner.forward(slot2, fx.prompt)
+    ref = GraphStep(w, fx.slot, 1, MAX_LEN, kernels="torch")
+    tri = GraphStep(w, slot2, 1, MAX_LEN, kernels="triton")
+    token, rel, same, clear_same, clear = fx.prompt[-1], [], 0, 0, 0
+    with torch.inference_mode():
+        for i in range(steps):
+            for step in (ref, tri):
+                step.load([token], start + i)
+                step.replay()
+            a, b = ref.logits.float(), tri.logits.float()
+            rel.append(((a - b).norm() / a.norm()).item())
+            top2 = a.topk(2, dim=-1).values[0]
+            margin = (top2[0] - top2[1]).item()
+            eq = bool(torch.equal(ref.argmax, tri.argmax))
+            same += eq
+            if margin > 0.05:
+                clear += 1
+                clear_same += eq
+            token = int(ref.argmax[0])
+    fx.slot.graphs.clear()
+    return {
+        "steps": steps,
+        "logits_rel_err_median": statistics.median(rel),
+        "logits_rel_err_max": max(rel),
+        "argmax_equal": same,
+        "argmax_equal_where_margin_gt_0.05": f"{clear_same}/{clear}",
+    }
+
+
+def main() -> int:
+    cli = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    cli.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "/tmp")))
+    cli.add_argument("--quick", action="store_true")
+    cli.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 4))
+    cli.add_argument("--only", default="", help="comma-separated kernels to sweep")
+    cli.add_argument(
+        "--cpu-smoke", action="store_true", help="tiny shape, Triton's CPU interpreter (tests)"
+    )
+    args = cli.parse_args()
+    global DEVICE
+    if args.cpu_smoke:
+        DEVICE = "cpu"
+        args.quick, args.workers = True, 0
+        os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
+    args.out.mkdir(parents=True, exist_ok=True)
+    result: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
+                    "device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu"}  # fmt: skip
+
+    def save() -> None:
+        (args.out / "kernel_sweep.json").write_text(json.dumps(result, indent=1, default=str))
+
+    import triton
+
+    result["versions"] = {"torch": torch.__version__, "triton": triton.__version__}
+    result["bandwidth"] = bandwidth()
+    print(f"bandwidth {result['bandwidth']}", flush=True)
+    variants = grid(args.quick, half_head=(SMOKE["head_dim"] if DEVICE == "cpu" else 64) // 2)
+    if args.only:
+        variants = {k: v for k, v in variants.items() if k in args.only.split(",")}
+    jobs = [(name, cfg) for name, cfgs in variants.items() for cfg in cfgs]
+    t0 = time.time()
+    failed = precompile(jobs, args.workers, pdl=True) if args.workers else []
+    result["compile"] = {"variants": len(jobs), "seconds": round(time.time() - t0, 1),
+                         "failed": failed[:20], "n_failed": len(failed)}  # fmt: skip
+    print(f"compiled {len(jobs)} variants in {result['compile']['seconds']}s, "
+          f"{len(failed)} failed", flush=True)  # fmt: skip
+    for f in failed[:5]:
+        print("  ", f)
+    save()
+    fx = Fixture()
+    result["sweep"] = sweep(fx, variants, set(failed))
+    best = {n: r["best"]["cfg"] for n, r in result["sweep"].items() if r["best"]}
+    (args.out / "best.json").write_text(json.dumps({**best, "pdl": True}, indent=1))
+    save()
+    try:
+        result["step_ms"] = step_times(fx)
+    except Exception:
+        result["step_ms"] = traceback.format_exc()[-2000:]
+    save()
+    try:
+        result["agreement"] = agreement(fx)
+    except Exception:
+        result["agreement"] = traceback.format_exc()[-2000:]
+    save()
+    floor = sum(p.numel() * 2 for p in fx.model.parameters()) / (
+        result["bandwidth"]["copy_tb_s"] * 1e12
+    )
+    result["floor_ms"] = round(floor * 1e3, 4)
+    save()
+    print("\nkernel    best us   TB/s   config")
+    for name, r in result["sweep"].items():
+        if r["best"]:
+            print(f"{name:8} {r['best']['us']:8.2f} {r['best']['tb_s']:6.2f}   {r['best']['cfg']}")
+    print(f"step: {result['step_ms']}")
+    print(f"agreement: {result['agreement']}")
+    print(f"floor {result['floor_ms']} ms ({result['bandwidth']})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
