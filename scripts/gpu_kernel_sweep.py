@@ -255,6 +255,33 @@ def bandwidth() -> dict:
     }
 
 
+def pdl_probe() -> bool | str:
+    """Whether a PDL-launched Triton GEMV captures into a CUDA graph and replays right;
+    if not, every later launch goes without PDL."""
+    from ling_local.engines import triton_kernels as tk
+
+    x = torch.randn(1, 512, device="cuda", dtype=torch.bfloat16)
+    w = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16) * 0.05
+    res = torch.zeros(1, 256, device="cuda", dtype=torch.bfloat16)
+    cfg = tk.GemvConfig(block_n=4, block_k=256)
+    try:
+        graph_ms(lambda: tk.gemv(x, w, cfg, residual=res), reps=2)
+        res.zero_()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            tk.gemv(x, w, cfg, residual=res)
+        res.zero_()
+        graph.replay()
+        torch.cuda.synchronize()
+        want = torch.nn.functional.linear(x.float(), w.float())
+        ok = (res.float() - want).abs().max().item() < 0.05 * want.abs().max().item()
+        tk.SETTINGS.pdl = ok
+        return ok
+    except Exception as err:
+        tk.SETTINGS.pdl = False
+        return f"{type(err).__name__}: {str(err)[:300]}"
+
+
 def sweep(fx: Fixture, variants: dict[str, list[dict]], failed: set[str]) -> dict:
     results: dict = {}
     for name, cfgs in variants.items():
@@ -320,11 +347,11 @@ def step_times(fx: Fixture) -> dict:
         fx.slot.graphs.clear()
         return round(statistics.median(times), 4)
 
-    attn = tk.ATTN["attn"]
+    attn, pdl_ok = tk.ATTN["attn"], tk.SETTINGS.pdl
     for label, pdl, fused in (
-        ("triton", True, attn.fused_reduce),
+        ("triton", pdl_ok, attn.fused_reduce),
         ("triton, no PDL", False, attn.fused_reduce),
-        (f"triton, attn fused={not attn.fused_reduce}", True, not attn.fused_reduce),
+        (f"triton, attn fused={not attn.fused_reduce}", pdl_ok, not attn.fused_reduce),
     ):
         tk.SETTINGS.pdl = pdl
         tk.ATTN["attn"] = replace(attn, fused_reduce=fused)
@@ -333,7 +360,7 @@ def step_times(fx: Fixture) -> dict:
         except Exception as err:
             out[label] = f"failed: {type(err).__name__}: {str(err)[:200]}"
         print(f"  step T=1 {label}: {out[label]}", flush=True)
-    tk.SETTINGS.pdl = True
+    tk.SETTINGS.pdl = pdl_ok
     tk.ATTN["attn"] = attn
     for label, t, kernels in (("torch graph", 1, "torch"), ("triton T=9", 9, "triton"),
                               ("torch graph T=9", 9, "torch")):  # fmt: skip
@@ -411,12 +438,16 @@ def main() -> int:
     result["versions"] = {"torch": torch.__version__, "triton": triton.__version__}
     result["bandwidth"] = bandwidth()
     print(f"bandwidth {result['bandwidth']}", flush=True)
+    if DEVICE == "cuda":
+        result["pdl_in_graphs"] = pdl_probe()
+        print(f"PDL inside CUDA graphs: {result['pdl_in_graphs']}", flush=True)
     variants = grid(args.quick, half_head=(SMOKE["head_dim"] if DEVICE == "cpu" else 64) // 2)
     if args.only:
         variants = {k: v for k, v in variants.items() if k in args.only.split(",")}
     jobs = [(name, cfg) for name, cfgs in variants.items() for cfg in cfgs]
     t0 = time.time()
-    failed = precompile(jobs, args.workers, pdl=True) if args.workers else []
+    pdl = result.get("pdl_in_graphs") is True
+    failed = precompile(jobs, args.workers, pdl=pdl) if args.workers else []
     result["compile"] = {"variants": len(jobs), "seconds": round(time.time() - t0, 1),
                          "failed": failed[:20], "n_failed": len(failed)}  # fmt: skip
     print(f"compiled {len(jobs)} variants in {result['compile']['seconds']}s, "
@@ -427,7 +458,7 @@ def main() -> int:
     fx = Fixture()
     result["sweep"] = sweep(fx, variants, set(failed))
     best = {n: r["best"]["cfg"] for n, r in result["sweep"].items() if r["best"]}
-    (args.out / "best.json").write_text(json.dumps({**best, "pdl": True}, indent=1))
+    (args.out / "best.json").write_text(json.dumps({**best, "pdl": pdl}, indent=1))
     save()
     try:
         result["step_ms"] = step_times(fx)

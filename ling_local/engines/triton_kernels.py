@@ -45,6 +45,7 @@ import json
 import math
 import os
 from dataclasses import dataclass, field, replace
+from functools import cache
 from pathlib import Path
 
 import torch
@@ -173,9 +174,14 @@ def _on_gpu(t: torch.Tensor) -> bool:
     return t.is_cuda and os.environ.get("TRITON_INTERPRET") != "1"
 
 
+@cache
+def _has_pdl(index: int) -> bool:
+    return torch.cuda.get_device_capability(index)[0] >= 9
+
+
 def _launch(t: torch.Tensor) -> dict:
     """Launch options: PDL on Hopper and later, unless turned off."""
-    if SETTINGS.pdl and _on_gpu(t) and torch.cuda.get_device_capability(t.device)[0] >= 9:
+    if SETTINGS.pdl and _on_gpu(t) and _has_pdl(t.device.index or 0):
         return {"launch_pdl": True, "USE_PDL": True}
     return {"USE_PDL": False}
 
