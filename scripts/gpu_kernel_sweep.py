@@ -65,35 +65,41 @@ def _fits(per_thread: float) -> bool:
 
 
 def grid(quick: bool, half_head: int = 32) -> dict[str, list[dict]]:
-    """Variants per kernel; accumulator elements per thread kept in [4, 64] (no spills)."""
+    """Variants per kernel; accumulator elements per thread kept in [4, 64] (no spills).
+    "verify:<name>" are the T = 9 (tensor-core) tiles of the same kernel."""
     out: dict[str, list[dict]] = {}
     paired = []
-    for bn, bk, w in itertools.product((4, 8, 16, 32), (128, 256, 512), (2, 4, 8)):
+    for bn, bk, w in itertools.product((4, 8, 16, 32), (128, 256, 512, 1024, 2048), (2, 4, 8)):
         if _fits(2 * bn * bk / (32 * w)):
             paired.append(dict(block_n=bn, block_k=bk, num_warps=w))
     out["qkv"] = [c for c in paired if half_head % c["block_n"] == 0]
-    out["gate_up"] = list(paired)
+    out["gate_up"] = [c for c in paired if c["block_k"] <= 1024]
     o, down = [], []
     for bn, bk, w in itertools.product((1, 2, 4, 8, 16), (256, 512, 1024, 2048), (2, 4, 8)):
         if not _fits(bn * bk / (32 * w)):
             continue
-        if bk < 2048:  # K = 2048: a 2048-wide tile leaves nothing to prefetch
-            o += [dict(block_n=bn, block_k=bk, num_warps=w, split_k=s) for s in (1, 2)]
+        o += [dict(block_n=bn, block_k=bk, num_warps=w, split_k=s) for s in (1, 2)]
         if bk > 256 and bn < 16:
             down += [dict(block_n=bn, block_k=bk, num_warps=w, split_k=s) for s in (1, 2)]
     out["o"], out["down"] = o, down
     head = []
-    for bn, bk, w in itertools.product((8, 16, 32, 64), (128, 256, 512, 1024), (4, 8)):
+    for bn, bk, w in itertools.product((4, 8, 16, 32, 64), (128, 256, 512, 1024, 2048), (4, 8)):
         if _fits(bn * bk / (32 * w)):
             head.append(dict(block_n=bn, block_k=bk, num_warps=w))
     out["lm_head"] = head
     attn = []
-    for s, bl, w, fused in itertools.product((4, 8, 16, 32), (16, 32, 64), (2, 4), (True, False)):
+    for s, bl, w, fused in itertools.product((8, 16, 32), (16, 32, 64), (2, 4), (True, False)):
         if 4 * bl * 64 / (32 * w) <= 128:
             attn.append(dict(splits=s, block_l=bl, num_warps=w, fused_reduce=fused))
     out["attn"] = attn
+    for name in ("qkv", "gate_up", "o", "down", "lm_head"):
+        variants = []
+        for bn, bk, w in itertools.product((16, 32, 64), (64, 128, 256), (4, 8)):
+            if bn * bk <= 8192 and (name != "qkv" or half_head % bn == 0):
+                variants.append(dict(block_n=bn, block_k=bk, num_warps=w))
+        out[f"verify:{name}"] = variants
     if quick:
-        out = {k: v[:: max(1, len(v) // 6)] for k, v in out.items()}
+        out = {k: v[:: max(1, len(v) // 4)] for k, v in out.items()}
     return out
 
 
@@ -116,6 +122,9 @@ class Fixture:
         self.model = model
         self.runner = LlamaRunner(model, torch.device(DEVICE), MAX_LEN, cuda_graphs=False)
         self.w = self.runner.weights
+        from ling_local.engines.triton_kernels import fold_norms
+
+        fold_norms(self.w)  # the Triton kernels' form (and the torch steps run it too)
         self.slot = self.runner.new_cache()
         gen = torch.Generator().manual_seed(1)
         self.prompt = torch.randint(3, shape["vocab_size"], (CONTEXT,), generator=gen).tolist()
@@ -123,40 +132,45 @@ class Fixture:
             self.runner.forward(self.slot, self.prompt)
         dev, bf = DEVICE, torch.bfloat16
         h, i = shape["hidden_size"], shape["intermediate_size"]
-        self.x = torch.randn(1, h, device=dev, dtype=bf)
-        self.q = torch.randn(1, h, device=dev, dtype=bf)
-        self.act = torch.randn(1, i, device=dev, dtype=bf) * 0.1
+        self.x = torch.randn(9, h, device=dev, dtype=bf)
+        self.q = torch.randn(9, h, device=dev, dtype=bf)
+        self.act = torch.randn(9, i, device=dev, dtype=bf) * 0.1
         self.pos = torch.tensor([CONTEXT], device=dev)
 
     def op(self, name: str):
-        """A function launching kernel `name` once per layer (the lm_head: 4 times)."""
+        """A function launching kernel `name` once per layer (the lm_head: 4 times);
+        "verify:<name>" at T = 9."""
         from ling_local.engines import triton_kernels as tk
 
         w, s = self.w, tk.Scratch(torch.device(DEVICE), self.w.lm_head.shape[0])
         nh, nkv, hd, eps = w.n_heads, w.n_kv_heads, w.head_dim, w.eps
         ks, vs = self.slot.k, self.slot.v
+        t = 9 if name.startswith("verify:") else 1
+        name = name.split(":")[-1]
+        x, q, act = self.x[:t], self.q[:t], self.act[:t]
 
         def run() -> None:
             for i, layer in enumerate(w.layers):
                 if name == "qkv":
                     tk.qkv_rope_kv(
-                        self.x, layer.ln_in, layer.wqkv, None, ks[i], vs[i], w.cos, w.sin,
-                        self.pos, nh, nkv, hd, eps,
+                        x, layer.wqkv, None, ks[i], vs[i], w.cos, w.sin, self.pos, nh, nkv,
+                        hd, eps,
                     )  # fmt: skip
                 elif name == "attn":
-                    tk.decode_attention(self.q, ks[i], vs[i], self.pos, nh, nkv, hd, s)
+                    tk.decode_attention(q, ks[i], vs[i], self.pos, nh, nkv, hd, s)
                 elif name == "o":
-                    tk.gemv(self.q, layer.wo, tk.CONFIGS["o"], residual=self.x, scratch=s)
+                    tk.gemv(q, layer.wo, "o", residual=x, scratch=s)
                 elif name == "gate_up":
-                    tk.gate_up_silu(self.x, layer.ln_post, layer.w13, eps)
+                    tk.gate_up_silu(x, layer.w13, eps)
                 elif name == "down":
-                    tk.gemv(self.act, layer.w2, tk.CONFIGS["down"], residual=self.x, scratch=s)
+                    tk.gemv(act, layer.w2, "down", residual=x, scratch=s)
                 elif name == "lm_head" and i < 4:
-                    tk.lm_head_argmax(self.x, w.norm, w.lm_head, eps, s)
+                    tk.lm_head_argmax(x, w.lm_head, eps, s)
 
         return run
 
     def op_bytes(self, name: str) -> int:
+        name = name.split(":")[-1]
         w = self.w
         n = len(w.layers)
         layer = w.layers[0]
@@ -176,6 +190,8 @@ def apply(name: str, cfg: dict) -> None:
 
     if name == "attn":
         tk.ATTN["attn"] = tk.AttnConfig(**cfg)
+    elif name.startswith("verify:"):
+        tk.VERIFY_CONFIGS[name[7:]] = tk.GemvConfig(**cfg)
     else:
         tk.CONFIGS[name] = tk.GemvConfig(**cfg)
 
@@ -286,7 +302,7 @@ def sweep(fx: Fixture, variants: dict[str, list[dict]], failed: set[str]) -> dic
     for name, cfgs in variants.items():
         rows = []
         nbytes = fx.op_bytes(name)
-        launches = 4 if name == "lm_head" else len(fx.w.layers)
+        launches = 4 if name.endswith("lm_head") else len(fx.w.layers)
         for cfg in cfgs:
             key = f"{name} {cfg}"
             if any(f.startswith(key) for f in failed):
@@ -308,7 +324,7 @@ def sweep(fx: Fixture, variants: dict[str, list[dict]], failed: set[str]) -> dic
                          "errors": [r for r in rows if "error" in r][:5]}  # fmt: skip
         if ok:
             apply(name, ok[0]["cfg"])
-        print(f"  {name:8} best {ok[0]['us'] if ok else '-'} us {ok[0]['cfg'] if ok else ''}",
+        print(f"  {name:15} best {ok[0]['us'] if ok else '-'} us {ok[0]['cfg'] if ok else ''}",
               flush=True)  # fmt: skip
     return results
 
@@ -474,10 +490,10 @@ def main() -> int:
     )
     result["floor_ms"] = round(floor * 1e3, 4)
     save()
-    print("\nkernel    best us   TB/s   config")
+    print("\nkernel           best us   TB/s   config")
     for name, r in result["sweep"].items():
         if r["best"]:
-            print(f"{name:8} {r['best']['us']:8.2f} {r['best']['tb_s']:6.2f}   {r['best']['cfg']}")
+            print(f"{name:15} {r['best']['us']:8.2f} {r['best']['tb_s']:6.2f}   {r['best']['cfg']}")
     print(f"step: {result['step_ms']}")
     print(f"agreement: {result['agreement']}")
     print(f"floor {result['floor_ms']} ms ({result['bandwidth']})")

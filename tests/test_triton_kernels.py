@@ -43,6 +43,11 @@ def _randn(*shape: int, scale: float = 1.0) -> torch.Tensor:
     return (torch.randn(*shape, device=DEV) * scale).to(BF16)
 
 
+def _fold(w: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """W with the RMSNorm weight g folded in (what `fold_norms` does to the model)."""
+    return (w.float() * g.float()[None, :]).to(w.dtype)
+
+
 def _close(got: torch.Tensor, want: torch.Tensor, rel: float = 1e-2) -> None:
     """Within a couple of bf16 ulps of the output's scale (accumulation order differs)."""
     err = (got.float() - want.float()).abs().max().item()
@@ -51,21 +56,22 @@ def _close(got: torch.Tensor, want: torch.Tensor, rel: float = 1e-2) -> None:
 
 @pytest.mark.parametrize("t", [1, 3])
 @pytest.mark.parametrize("split_k", [1, 2])
-def test_gemv_residual(tk, t: int, split_k: int) -> None:
+def test_gemv_residual(tk, monkeypatch, t: int, split_k: int) -> None:
     torch.manual_seed(0)
+    monkeypatch.setitem(tk.CONFIGS, "o", tk.GemvConfig(block_n=16, block_k=64, split_k=split_k))
     x, w, res = _randn(t, 256), _randn(96, 256, scale=0.05), _randn(t, 96)
     want = res + F.linear(x, w)
-    cfg = tk.GemvConfig(block_n=16, block_k=64, split_k=split_k)
-    out = tk.gemv(x, w, cfg, residual=res.clone())
+    out = tk.gemv(x, w, "o", residual=res.clone())
     _close(out, want)
 
 
 @pytest.mark.parametrize("t", [1, 2])
-def test_gemv_with_norm(tk, t: int) -> None:
+def test_gemv_with_norm(tk, monkeypatch, t: int) -> None:
     torch.manual_seed(1)
+    monkeypatch.setitem(tk.CONFIGS, "o", tk.GemvConfig(block_n=32, block_k=64))
     x, w, g = _randn(t, 128), _randn(200, 128, scale=0.1), _randn(128)
     want = F.linear(rms_norm(x, g, 1e-5), w)
-    out = tk.gemv(x, w, tk.GemvConfig(block_n=32, block_k=64), norm=g, eps=1e-5)
+    out = tk.gemv(x, _fold(w, g), "o", normed=True, eps=1e-5)
     assert out.shape == (t, 200)
     _close(out, want)
 
@@ -75,7 +81,7 @@ def test_gate_up_silu(tk, t: int) -> None:
     torch.manual_seed(2)
     x, w13, g = _randn(t, 128), _randn(512, 128, scale=0.1), _randn(128)
     gate, up = F.linear(rms_norm(x, g, 1e-6), w13).chunk(2, dim=-1)
-    _close(tk.gate_up_silu(x, g, w13, 1e-6), F.silu(gate) * up)
+    _close(tk.gate_up_silu(x, _fold(w13, g), 1e-6), F.silu(gate) * up)
 
 
 @pytest.mark.parametrize("t", [1, 3])
@@ -103,7 +109,7 @@ def test_qkv_rope_and_kv_write(tk, t: int, bias: bool) -> None:
     vc_want[:, pos : pos + t] = qkv[:, nq + nk :].view(t, nkv, hd).transpose(0, 1)
 
     p = torch.tensor([pos], device=DEV)
-    q = tk.qkv_rope_kv(x, g, wqkv, b, kc, vc, cos, sin, p, nh, nkv, hd, 1e-5)
+    q = tk.qkv_rope_kv(x, _fold(wqkv, g), b, kc, vc, cos, sin, p, nh, nkv, hd, 1e-5)
     _close(q, qk[:, :nh].reshape(t, nq))
     _close(kc, kc_want)
     _close(vc, vc_want)
@@ -142,7 +148,31 @@ def _runner(kind: str) -> LlamaRunner:
         max_position_embeddings=256,
         initializer_range=0.1,  # peakier logits than 0.02, so argmax is not a coin toss
     )
-    return LlamaRunner(model.to(BF16).to(DEV), DEV, max_len=96, cuda_graphs=False)
+    runner = LlamaRunner(model.to(BF16).to(DEV), DEV, max_len=96, cuda_graphs=False)
+    from ling_local.engines.triton_kernels import fold_norms
+
+    fold_norms(runner.weights)  # both steps below run the folded weights
+    return runner
+
+
+def test_folding_the_norms_keeps_the_function() -> None:
+    """The prefill with folded norm weights gives the logits of the unfolded model."""
+    from ling_local.engines.triton_kernels import fold_norms
+
+    model = small_causal_lm("llama", tied=True, initializer_range=0.1).to(BF16).to(DEV)
+    for layer in model.model.layers:  # norm weights other than ones, so folding matters
+        with torch.no_grad():
+            layer.input_layernorm.weight.uniform_(0.5, 1.5)
+            layer.post_attention_layernorm.weight.uniform_(0.5, 1.5)
+    plain = LlamaRunner(model, DEV, max_len=64, cuda_graphs=False)
+    folded = LlamaRunner(model, DEV, max_len=64, cuda_graphs=False)
+    fold_norms(folded.weights)
+    assert folded.weights.norms_folded and torch.equal(plain.weights.embed, folded.weights.embed)
+    ids = torch.randint(0, 512, (20,)).tolist()
+    want = plain.forward(plain.new_cache(), ids)
+    got = folded.forward(folded.new_cache(), ids)
+    _close(got, want, rel=3e-2)
+    assert int(got.argmax()) == int(want.argmax())
 
 
 @pytest.mark.parametrize("kind", ["llama-tied", "llama", "qwen2"])
@@ -184,8 +214,10 @@ def test_step_matches_the_torch_step(kind: str, t: int) -> None:
             flips += int((~same).sum())
             pos += t
             tokens = ref.argmax.tolist()
-        assert flips <= 1
+        # Near-ties (a margin under the logits' error) may go either way: a few of the 4 * t.
+        assert flips <= max(1, t)
         for layer in range(len(runner.weights.layers)):
             for a, b in ((slots[0].k, slots[1].k), (slots[0].v, slots[1].v)):
-                _close(b[layer][:, :pos], a[layer][:, :pos])
+                # the norm scales after the sum here, before it in torch: ~1-2 bf16 ulps
+                _close(b[layer][:, :pos], a[layer][:, :pos], rel=2e-2)
                 assert torch.equal(b[layer][:, :40], a[layer][:, :40])  # the prompt's

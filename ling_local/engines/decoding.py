@@ -98,7 +98,8 @@ class Decoder:
             if proposals:
                 return self._verify(gen, proposals)
         if self.graphs:
-            return self._burst(gen, should_yield)
+            # Speculating: the burst ends as soon as the output so far has a match to copy.
+            return self._burst(gen, should_yield, speculating and gen.history is not None)
         if speculating:  # propose again after this token
             return self._decode_one(gen)
         return self._decode_run(gen, should_yield)
@@ -165,9 +166,13 @@ class Decoder:
             )
         return graphs[t]
 
-    def _burst(self, gen: Generation, should_yield: Callable[[], bool]) -> FinishReason | None:
+    def _burst(
+        self, gen: Generation, should_yield: Callable[[], bool], until_match: bool = False
+    ) -> FinishReason | None:
         """Replay the decode graph back to back; read each token LAG steps later, so the GPU
-        never waits for the host. Stops at a finish, a cancel, or a higher-priority arrival."""
+        never waits for the host. Stops at a finish, a cancel, a higher-priority arrival,
+        or (`until_match`, prompt lookup) once the tokens read so far end in an n-gram seen
+        before: the steps in flight finish, then the next step verifies a proposal."""
         slot, runner = gen.slot, self.runner
         start = slot.cache.length
         budget = min(gen.remaining, runner.max_len - start - 1)
@@ -180,8 +185,9 @@ class Decoder:
         greedy = gen.greedy
         launched = 0
         reason: FinishReason | None = None
+        history = gen.history if until_match else None
         while launched < budget and reason is None:
-            if launched and should_yield():
+            if launched and (should_yield() or (history is not None and history.propose(1))):
                 break
             step.replay()
             out = step.argmax if greedy else sample(step.logits[0], *gen.sample_args()).reshape(1)

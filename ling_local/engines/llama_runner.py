@@ -63,6 +63,8 @@ class LlamaWeights:
     n_kv_heads: int
     head_dim: int
     eps: float
+    norms_folded: bool = False
+    """The RMSNorm weights are folded into the next matrices (`triton_kernels.fold_norms`)."""
 
     @classmethod
     def from_hf(cls, model: Any, max_positions: int) -> LlamaWeights:

@@ -112,6 +112,9 @@ class TorchEngine:
             self.runner = HFRunner(model, device)
         if engine.kernels == "triton":
             _check_triton(self.runner, device)
+            from ling_local.engines.triton_kernels import fold_norms
+
+            fold_norms(self.runner.weights)  # the kernels' form; the prefill runs it too
         draft = draft_cache = None
         if engine.speculative in ("draft", "auto") and settings.draft_path:
             draft = self._load_draft(device, dtype)

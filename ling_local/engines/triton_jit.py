@@ -2,6 +2,11 @@
 sizes and the step function are in `triton_kernels`, which documents the design. Imports
 triton: import it only when `engine.kernels = "triton"` asks for it.
 
+The RMSNorm weights are folded into the matrices that follow them (`triton_kernels.fold_norms`),
+so a normalising kernel streams raw x against its weights and scales each output by 1/rms
+in the epilogue: no per-element norm arithmetic in the loop, which otherwise made these
+kernels ALU-bound (measured: 1.8-3.6 TB/s).
+
 Every kernel takes `USE_PDL`: launched with programmatic dependent launch (Hopper and
 later), a kernel starts while its predecessor drains, reads the bytes that do not depend on
 it (its first weight tile) and only then waits (`griddepcontrol.wait`) for the
@@ -50,23 +55,22 @@ def _round(x, dtype: tl.constexpr):
 
 
 @triton.jit
-def _dot(x, w, acc, DT: tl.constexpr, ON_GPU: tl.constexpr):
-    """acc + x [T, K] @ w [N, K]^T on the tensor cores, operands in the model dtype (x holds
-    values already rounded to it, so nothing is lost). Triton's CPU interpreter has no bf16
-    matmul: there the same products in fp32."""
+def _mma(a, b, DT: tl.constexpr, ON_GPU: tl.constexpr):
+    """a [M, K] @ b [K, N] on the tensor cores, operands in the model dtype, fp32 out.
+    Triton's CPU interpreter has no bf16 matmul: there the same products in fp32."""
     if ON_GPU:
-        return tl.dot(x.to(DT), tl.trans(w), acc)
+        return tl.dot(a.to(DT), b.to(DT))
     else:
-        return tl.dot(x, tl.trans(w.to(tl.float32)), acc, input_precision="ieee")
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
 
 
 @triton.jit
-def _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T: tl.constexpr, BLOCK_K: tl.constexpr):
-    """1 / rms of each token row of x [T, K] (the RMSNorm prologue's pre-pass; x is small
-    and L2-resident, every CTA recomputes it)."""
-    ss = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
+def _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T: tl.constexpr, BLOCK: tl.constexpr):
+    """1 / rms of each token row of x [T, K]; BLOCK >= K at T = 1, so one load (x is small
+    and L2-resident; every CTA recomputes it while its first weight tile is in flight)."""
+    ss = tl.zeros((BLOCK_T, BLOCK), tl.float32)
+    for k0 in range(0, K, BLOCK):
+        offs_k = k0 + tl.arange(0, BLOCK)
         m = t_mask[:, None] & (offs_k[None, :] < K)
         x = tl.load(x_ptr + offs_t[:, None] * K + offs_k[None, :], mask=m, other=0.0)
         x = x.to(tl.float32)
@@ -75,21 +79,14 @@ def _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T: tl.constexpr, BLOCK_K: tl.cons
 
 
 @triton.jit
-def _load_x(
-    x_ptr, norm_ptr, rstd, offs_t, t_mask, offs_k, k_mask, K, NORM: tl.constexpr, DT: tl.constexpr
-):
-    """A [T, BLOCK_K] slice of the input, normalised as transformers' LlamaRMSNorm does:
-    weight * (x * rstd).to(dtype), rounded to the dtype."""
-    x = tl.load(
+def _load_x(x_ptr, offs_t, t_mask, offs_k, k_mask, K):
+    """A [T, BLOCK_K] slice of the input, in fp32."""
+    return tl.load(
         x_ptr + offs_t[:, None] * K + offs_k[None, :],
         mask=t_mask[:, None] & k_mask[None, :],
         other=0.0,
+        eviction_policy="evict_last",
     ).to(tl.float32)
-    if NORM:
-        g = tl.load(norm_ptr + offs_k, mask=k_mask, other=0.0).to(tl.float32)
-        x = _round(x * rstd[:, None], DT)
-        x = _round(x * g[None, :], DT)
-    return x
 
 
 @triton.jit
@@ -121,7 +118,11 @@ def _argmax_epilogue(
     tl.atomic_max(key_ptr + offs_t, key, mask=t_mask, sem="relaxed", scope="gpu")
     ticket = _ticket(count_ptr, ON_GPU)
     if ticket == tl.num_programs(0) - 1:
-        final = tl.atomic_xchg(key_ptr + offs_t, _MIN_KEY, mask=t_mask, sem="acq_rel")
+        # Read with an atomic that changes nothing (threads holding the same element read
+        # the same value), reset after a barrier.
+        final = tl.atomic_max(key_ptr + offs_t, _MIN_KEY, mask=t_mask, sem="acq_rel")
+        tl.debug_barrier()
+        tl.store(key_ptr + offs_t, _MIN_KEY, mask=t_mask)
         low = final - ((final >> 32) << 32)
         token = 0x7FFFFFFF - low
         tl.store(argmax_ptr + offs_t, token, mask=t_mask)
@@ -137,7 +138,6 @@ def _gemv_kernel(
     w_ptr,
     out_ptr,
     res_ptr,
-    norm_ptr,
     part_ptr,
     banned_ptr,
     key_ptr,
@@ -157,13 +157,15 @@ def _gemv_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    RSTD_BLOCK: tl.constexpr,
     USE_DOT: tl.constexpr,
     USE_PDL: tl.constexpr,
     ON_GPU: tl.constexpr,
 ):
-    """out[t, n] = (res[t, n] +) round(sum_k x'[t, k] * w[n, k]); x' = rmsnorm(x) if NORM.
-    With SPLIT_K > 1 each CTA stores its fp32 partial sum in part[pid_k, t, n] instead.
-    ARGMAX (the output head): banned[n] != 0 -> -inf, then the argmax epilogue."""
+    """out[t, n] = (res[t, n] +) round(s[t] * sum_k x[t, k] * w[n, k]); s = 1/rms(x[t]) if
+    NORM (w has the norm's weight folded in), else 1. With SPLIT_K > 1 each CTA stores its
+    fp32 partial sum in part[pid_k, t, n] instead. ARGMAX (the output head): banned[n] != 0
+    -> -inf, then the argmax epilogue."""
     DT: tl.constexpr = out_ptr.dtype.element_ty
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
@@ -178,12 +180,15 @@ def _gemv_kernel(
     # The first weight tile does not depend on the previous kernel: read it before waiting.
     offs_k = k_start + tl.arange(0, BLOCK_K)
     w = tl.load(
-        w_rows + offs_k[None, :], mask=n_mask[:, None] & (offs_k[None, :] < k_end), other=0.0
+        w_rows + offs_k[None, :],
+        mask=n_mask[:, None] & (offs_k[None, :] < k_end),
+        other=0.0,
+        eviction_policy="evict_first",
     )
     _pdl_wait(USE_PDL)
-    rstd = tl.zeros((BLOCK_T,), tl.float32)
+    rstd = tl.full((BLOCK_T,), 1.0, tl.float32)
     if NORM:
-        rstd = _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T, BLOCK_K)
+        rstd = _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T, RSTD_BLOCK)
     # T = 1: reduce across K once at the end, so the loop is loads and FMAs only; T >= 16
     # (a verify, padded): tensor-core dots. Either way the next tile's load is in flight
     # while this one is multiplied.
@@ -191,13 +196,16 @@ def _gemv_kernel(
     acc2 = tl.zeros((BLOCK_T, BLOCK_N), tl.float32)
     for k0 in range(k_start, k_start + k_len, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
-        x = _load_x(x_ptr, norm_ptr, rstd, offs_t, t_mask, offs_k, offs_k < k_end, K, NORM, DT)
+        x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < k_end, K)
         nxt = offs_k + BLOCK_K
         w_next = tl.load(
-            w_rows + nxt[None, :], mask=n_mask[:, None] & (nxt[None, :] < k_end), other=0.0
+            w_rows + nxt[None, :],
+            mask=n_mask[:, None] & (nxt[None, :] < k_end),
+            other=0.0,
+            eviction_policy="evict_first",
         )
         if USE_DOT:
-            acc2 = _dot(x, w, acc2, DT, ON_GPU)
+            acc2 += _mma(x, tl.trans(w), DT, ON_GPU)
         else:
             acc += x[:, None, :] * w.to(tl.float32)[None, :, :]
         w = w_next
@@ -208,7 +216,7 @@ def _gemv_kernel(
     offs = offs_t[:, None] * N + offs_n[None, :]
     m = t_mask[:, None] & n_mask[None, :]
     if SPLIT_K == 1:
-        y = _round(y, DT)
+        y = _round(y * rstd[:, None], DT)
         if RESIDUAL:
             y = _round(tl.load(res_ptr + offs, mask=m, other=0.0).to(tl.float32) + y, DT)
         if ARGMAX:
@@ -252,7 +260,6 @@ def _splitk_reduce_kernel(
 def _paired_gemv_kernel(
     x_ptr,
     w_ptr,
-    norm_ptr,
     bias_ptr,
     out_ptr,
     k_cache_ptr,
@@ -273,11 +280,13 @@ def _paired_gemv_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
+    RSTD_BLOCK: tl.constexpr,
     USE_DOT: tl.constexpr,
     USE_PDL: tl.constexpr,
     ON_GPU: tl.constexpr,
 ):
-    """RMSNorm(x) @ W^T for two row blocks a and b = a + PAIR, combined in the epilogue.
+    """RMSNorm(x) @ W^T for two row blocks a and b = a + PAIR, combined in the epilogue
+    (W has the norm's weight folded in: the kernel scales by 1/rms(x) after the sums).
 
     SILU (not ROPE_KV): W = [gate; up] with N_OUT = I rows each; a = gate rows, b = up rows,
     out[t, a] = silu(gate) * up.
@@ -306,24 +315,24 @@ def _paired_gemv_kernel(
     b_rows = w_ptr + rows_b.to(tl.int64)[:, None] * K
     offs_k = tl.arange(0, BLOCK_K)
     m = n_mask[:, None] & (offs_k[None, :] < K)
-    wa = tl.load(a_rows + offs_k[None, :], mask=m, other=0.0)
-    wb = tl.load(b_rows + offs_k[None, :], mask=m, other=0.0)
+    wa = tl.load(a_rows + offs_k[None, :], mask=m, other=0.0, eviction_policy="evict_first")
+    wb = tl.load(b_rows + offs_k[None, :], mask=m, other=0.0, eviction_policy="evict_first")
     _pdl_wait(USE_PDL)
-    rstd = _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T, BLOCK_K)
+    rstd = _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T, RSTD_BLOCK)
     acc_a = tl.zeros((BLOCK_T, BLOCK_N, 1 if USE_DOT else BLOCK_K), tl.float32)
     acc_b = tl.zeros((BLOCK_T, BLOCK_N, 1 if USE_DOT else BLOCK_K), tl.float32)
     dot_a = tl.zeros((BLOCK_T, BLOCK_N), tl.float32)
     dot_b = tl.zeros((BLOCK_T, BLOCK_N), tl.float32)
     for k0 in range(0, K, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
-        x = _load_x(x_ptr, norm_ptr, rstd, offs_t, t_mask, offs_k, offs_k < K, K, True, DT)
+        x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < K, K)
         nxt = offs_k + BLOCK_K
         m = n_mask[:, None] & (nxt[None, :] < K)
-        wa_next = tl.load(a_rows + nxt[None, :], mask=m, other=0.0)
-        wb_next = tl.load(b_rows + nxt[None, :], mask=m, other=0.0)
+        wa_next = tl.load(a_rows + nxt[None, :], mask=m, other=0.0, eviction_policy="evict_first")
+        wb_next = tl.load(b_rows + nxt[None, :], mask=m, other=0.0, eviction_policy="evict_first")
         if USE_DOT:
-            dot_a = _dot(x, wa, dot_a, DT, ON_GPU)
-            dot_b = _dot(x, wb, dot_b, DT, ON_GPU)
+            dot_a += _mma(x, tl.trans(wa), DT, ON_GPU)
+            dot_b += _mma(x, tl.trans(wb), DT, ON_GPU)
         else:
             acc_a += x[:, None, :] * wa.to(tl.float32)[None, :, :]
             acc_b += x[:, None, :] * wb.to(tl.float32)[None, :, :]
@@ -335,6 +344,8 @@ def _paired_gemv_kernel(
     else:
         a = tl.sum(acc_a, axis=2)
         b = tl.sum(acc_b, axis=2)
+    a = a * rstd[:, None]
+    b = b * rstd[:, None]
     if HAS_BIAS:
         a += tl.load(bias_ptr + rows_a, mask=n_mask, other=0.0).to(tl.float32)[None, :]
         b += tl.load(bias_ptr + rows_b, mask=n_mask, other=0.0).to(tl.float32)[None, :]
@@ -414,6 +425,29 @@ def _combine_splits(
 
 
 @triton.jit
+def _attend(q, k, v, offs_l, l_mask, q_pos, m_i, l_i, acc, sm_scale, USE_DOT: tl.constexpr,
+            DT: tl.constexpr, ON_GPU: tl.constexpr):  # fmt: skip
+    """One online-softmax step of rows q [R, D] over the cache tile k, v [L, D]."""
+    if USE_DOT:
+        s = _mma(q, tl.trans(k), DT, ON_GPU)
+    else:
+        s = tl.sum(q[:, None, :] * k.to(tl.float32)[None, :, :], axis=2)
+    s = s * sm_scale  # [R, L]
+    visible = (offs_l[None, :] <= q_pos[:, None]) & l_mask[None, :]
+    s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp(m_i - m_safe)
+    p = tl.exp(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    if USE_DOT:  # p in the model dtype, as SDPA's flash kernels do
+        pv = _mma(p, v, DT, ON_GPU)
+    else:
+        pv = tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
+    return m_new, l_i, acc * alpha[:, None] + pv
+
+
+@triton.jit
 def _attn_partial_kernel(
     q_ptr,
     k_ptr,
@@ -435,52 +469,60 @@ def _attn_partial_kernel(
     BLOCK_L: tl.constexpr,
     BLOCK_S: tl.constexpr,
     FUSED_REDUCE: tl.constexpr,
+    USE_DOT: tl.constexpr,
     USE_PDL: tl.constexpr,
     ON_GPU: tl.constexpr,
 ):
     """Partial softmax attention of one kv head's query group (rows r = t * GROUP + g) over
     one split of the cache positions 0 .. pos + T - 1; query t sees positions <= pos + t.
     Stores the running max, sum and unnormalised output per (t, head, split); with
-    FUSED_REDUCE the last CTA of the kv head combines them into out (no second launch)."""
+    FUSED_REDUCE the last CTA of the kv head combines them into out (no second launch).
+    The split's first tile of keys and values older than this step is read before waiting
+    for the previous kernel, which writes only positions pos .. pos + T - 1."""
+    DT: tl.constexpr = q_ptr.dtype.element_ty
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
     pos = tl.load(pos_ptr)  # written before the step (host or the previous step's chain)
-    _pdl_wait(USE_PDL)
     n_ctx = pos + T
+    chunk = tl.cdiv(tl.cdiv(n_ctx, SPLITS), BLOCK_L) * BLOCK_L
+    start = split * chunk
+    end = tl.minimum(start + chunk, n_ctx)
+    d = tl.arange(0, HEAD_DIM)
+    base = kv_head * MAX_LEN * HEAD_DIM
+    offs_l = start + tl.arange(0, BLOCK_L)
+    kv_off = base + offs_l[:, None] * HEAD_DIM + d[None, :]
+    old = ((offs_l < end) & (offs_l < pos))[:, None]
+    k = tl.load(k_ptr + kv_off, mask=old, other=0.0)
+    v = tl.load(v_ptr + kv_off, mask=old, other=0.0)
+    _pdl_wait(USE_PDL)
+    new = ((offs_l < end) & (offs_l >= pos))[:, None]
+    k = tl.where(new, tl.load(k_ptr + kv_off, mask=new, other=0.0), k)
+    v = tl.where(new, tl.load(v_ptr + kv_off, mask=new, other=0.0), v)
     r = tl.arange(0, BLOCK_R)
     t = r // GROUP
     head = kv_head * GROUP + r % GROUP
     r_mask = t < T
-    d = tl.arange(0, HEAD_DIM)
     q = tl.load(
         q_ptr + t[:, None] * (N_HEADS * HEAD_DIM) + head[:, None] * HEAD_DIM + d[None, :],
         mask=r_mask[:, None],
         other=0.0,
     ).to(tl.float32)
     q_pos = pos + t
-    chunk = tl.cdiv(tl.cdiv(n_ctx, SPLITS), BLOCK_L) * BLOCK_L
-    start = split * chunk
-    end = tl.minimum(start + chunk, n_ctx)
     m_i = tl.full((BLOCK_R,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_R,), tl.float32)
     acc = tl.zeros((BLOCK_R, HEAD_DIM), tl.float32)
-    base = kv_head * MAX_LEN * HEAD_DIM
-    for l0 in range(start, end, BLOCK_L):
+    m_i, l_i, acc = _attend(
+        q, k, v, offs_l, offs_l < end, q_pos, m_i, l_i, acc, sm_scale, USE_DOT, DT, ON_GPU
+    )
+    for l0 in range(start + BLOCK_L, end, BLOCK_L):
         offs_l = l0 + tl.arange(0, BLOCK_L)
         l_mask = offs_l < end
         kv_off = base + offs_l[:, None] * HEAD_DIM + d[None, :]
-        k = tl.load(k_ptr + kv_off, mask=l_mask[:, None], other=0.0).to(tl.float32)
-        s = tl.sum(q[:, None, :] * k[None, :, :], axis=2) * sm_scale  # [R, L]
-        visible = (offs_l[None, :] <= q_pos[:, None]) & l_mask[None, :]
-        s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, axis=1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp(m_i - m_safe)
-        p = tl.exp(s - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        v = tl.load(v_ptr + kv_off, mask=l_mask[:, None], other=0.0).to(tl.float32)
-        acc = acc * alpha[:, None] + tl.sum(p[:, :, None] * v[None, :, :], axis=1)
-        m_i = m_new
+        k = tl.load(k_ptr + kv_off, mask=l_mask[:, None], other=0.0)
+        v = tl.load(v_ptr + kv_off, mask=l_mask[:, None], other=0.0)
+        m_i, l_i, acc = _attend(
+            q, k, v, offs_l, l_mask, q_pos, m_i, l_i, acc, sm_scale, USE_DOT, DT, ON_GPU
+        )
     rows = t * N_HEADS + head
     row = rows * SPLITS + split
     tl.store(m_ptr + row, m_i, mask=r_mask)

@@ -3,14 +3,17 @@
 Five launches per layer and one for the output head, each built around what a batch-1
 decode step is: a stream of weight bytes that must never stop.
 
-* `_paired_gemv_kernel`: RMSNorm prologue + a GEMV whose CTA owns two row blocks a fixed
-  distance apart, so the epilogue can combine them:
+The RMSNorm weights are folded into the matrices they feed (`fold_norms`, done once at load):
+a normalising kernel computes 1/rms(x) in its prologue and scales its sums by it.
+
+* `_paired_gemv_kernel`: RMSNorm + a GEMV whose CTA owns two row blocks a fixed distance
+  apart, so the epilogue can combine them:
   - QKV (`ROPE_KV`): rows d and d + head_dim/2 of one head are rotated together (RoPE, the
     rotate_half convention), q is written out, k and v go straight into the KV cache at the
     step's positions (no separate RoPE / index_copy kernels);
   - gate/up (`SILU`): rows i and I + i give silu(gate) * up, so the down projection reads the
     [I] product and nothing else.
-* `_gemv_kernel`: GEMV with an optional RMSNorm prologue and a residual epilogue (O and
+* `_gemv_kernel`: GEMV with an optional RMSNorm and a residual epilogue (O and
   down projections, written into the residual in place); optional split-K (fp32 partials
   summed by `_splitk_reduce_kernel`). For the output head its epilogue also masks the
   banned tokens and takes the argmax across CTAs (one 64-bit atomic max each; the last CTA
@@ -31,9 +34,9 @@ Numerics follow the eager PyTorch step: bf16 (the model dtype) wherever PyTorch 
 fp32 accumulation inside each kernel. Attention keeps p and v in fp32 (SDPA's kernels round p
 to bf16), so scores agree to ~1e-3, not bit for bit.
 
-Every kernel handles T tokens (T = 1 decode, k + 1 for a speculative verify) with the token
-axis as a small leading block: tuned for T = 1; at T > 1 the broadcast-and-sum tiles grow
-with T (the engine verifies with the PyTorch step instead: see `cuda_graphs.step_function`).
+Every kernel handles T tokens (T = 1 decode, k + 1 for a speculative verify): at T = 1
+broadcast-and-sum tiles on the CUDA cores; at T > 1 tiles padded to 16 tokens and
+tensor-core dots (GEMVs and attention), block sizes from `VERIFY_CONFIGS`.
 
 Block sizes: `CONFIGS` holds the best of a sweep on the H200 for the Llama-3.2-1B shape
 (`scripts/gpu_kernel_sweep.py`, results in docs/bench/); other shapes run with them too.
@@ -62,9 +65,11 @@ from ling_local.engines.triton_jit import (
 
 __all__ = [
     "CONFIGS",
+    "VERIFY_CONFIGS",
     "AttnConfig",
     "GemvConfig",
     "Scratch",
+    "fold_norms",
     "triton_step",
     "unsupported_reason",
 ]
@@ -102,6 +107,34 @@ CONFIGS: dict[str, GemvConfig] = {
     "lm_head": GemvConfig(block_n=32, block_k=256),  # 128256 rows -> 4008 CTAs
 }
 ATTN = {"attn": AttnConfig()}
+VERIFY_CONFIGS: dict[str, GemvConfig] = {
+    "qkv": GemvConfig(block_n=16, block_k=128),
+    "gate_up": GemvConfig(block_n=16, block_k=128),
+    "o": GemvConfig(block_n=16, block_k=128),
+    "down": GemvConfig(block_n=16, block_k=128),
+    "lm_head": GemvConfig(block_n=32, block_k=128),
+}
+"""T > 1 (a verify): tensor-core tiles of 16 (padded) tokens x block_n rows x block_k."""
+
+
+def fold_norms(w) -> None:
+    """Fold each RMSNorm weight into the matrix it feeds (W[:, k] *= g[k], in the model
+    dtype) and make the norm weights ones: the same function, and the form the Triton
+    kernels take. The output head gets a folded copy (the embedding stays as it is)."""
+    if w.norms_folded:
+        return
+
+    def fold(matrix: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        return (matrix.float() * g.float()[None, :]).to(matrix.dtype)
+
+    for layer in w.layers:
+        layer.wqkv = fold(layer.wqkv, layer.ln_in)
+        layer.ln_in = torch.ones_like(layer.ln_in)
+        layer.w13 = fold(layer.w13, layer.ln_post)
+        layer.ln_post = torch.ones_like(layer.ln_post)
+    w.lm_head = fold(w.lm_head, w.norm)
+    w.norm = torch.ones_like(w.norm)
+    w.norms_folded = True
 
 
 @dataclass(slots=True)
@@ -124,6 +157,8 @@ def load_configs(path: str | os.PathLike) -> None:
             ATTN[name] = AttnConfig(**fields)
         elif name in CONFIGS:
             CONFIGS[name] = GemvConfig(**fields)
+        elif name.startswith("verify:") and name[7:] in VERIFY_CONFIGS:
+            VERIFY_CONFIGS[name[7:]] = GemvConfig(**fields)
         else:
             raise ValueError(f"{path}: unknown kernel {name!r}")
 
@@ -151,22 +186,28 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def _tiles(cfg: GemvConfig, t: int, max_block_n: int | None = None) -> dict:
-    """BLOCK_T / BLOCK_N / BLOCK_K / USE_DOT for T tokens. T = 1: the config as is. T > 1
-    (a verify): tensor-core dots on tiles padded to 16 tokens, where the rows allow a
-    16-row block; else the broadcast-and-sum tiles, BLOCK_K shrunk to keep the
-    [T, block_n, block_k] accumulator about the T = 1 size."""
+def _tiles(name: str, t: int, k: int, max_block_n: int | None = None) -> dict:
+    """Tile constexprs and num_warps of kernel `name` for T tokens and reduction length k.
+    T = 1: `CONFIGS` as is. T > 1 (a verify): `VERIFY_CONFIGS`' tensor-core tiles padded to
+    16 tokens, where the rows allow a 16-row block; else broadcast-and-sum tiles with
+    BLOCK_K shrunk to keep the [T, block_n, block_k] accumulator about the T = 1 size."""
     if t == 1:
-        return dict(BLOCK_T=1, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k, USE_DOT=False)
-    block_n = max(16, cfg.block_n)
-    if max_block_n is None or (max_block_n >= 16 and max_block_n % block_n == 0):
-        return dict(
-            BLOCK_T=max(16, _pow2(t)), BLOCK_N=block_n, BLOCK_K=min(cfg.block_k, 256), USE_DOT=True
-        )
-    block_t = _pow2(t)
+        cfg = CONFIGS[name]
+        block_t, block_n, block_k, dot = 1, cfg.block_n, cfg.block_k, False
+    else:
+        cfg = VERIFY_CONFIGS[name]
+        block_n = cfg.block_n
+        if max_block_n is not None and max_block_n % block_n:
+            block_n = max_block_n
+        if block_n >= 16:
+            block_t, block_k, dot = max(16, _pow2(t)), cfg.block_k, True
+        else:
+            block_t = _pow2(t)
+            block_k, dot = max(16, CONFIGS[name].block_k // block_t), False
+    rstd = min(_pow2(k), max(256, 4096 // block_t))
     return dict(
-        BLOCK_T=block_t, BLOCK_N=cfg.block_n, BLOCK_K=max(16, cfg.block_k // block_t),
-        USE_DOT=False,
+        BLOCK_T=block_t, BLOCK_N=block_n, BLOCK_K=block_k, RSTD_BLOCK=rstd, USE_DOT=dot,
+        num_warps=cfg.num_warps,
     )  # fmt: skip
 
 
@@ -220,18 +261,23 @@ class Scratch:
 def gemv(
     x: torch.Tensor,
     weight: torch.Tensor,
-    cfg: GemvConfig,
+    name: str,
     *,
     residual: torch.Tensor | None = None,
-    norm: torch.Tensor | None = None,
+    normed: bool = False,
     eps: float = 0.0,
     scratch: Scratch | None = None,
 ) -> torch.Tensor:
-    """(residual +) rmsnorm?(x) @ weight^T for x [T, K]; with a residual, written into it."""
+    """(residual +) rmsnorm?(x) @ weight^T for x [T, K] with kernel `name`'s block sizes
+    (`normed`: the norm's weight is folded into `weight`); with a residual, written into
+    it."""
     t, k = x.shape
     n = weight.shape[0]
     out = residual if residual is not None else x.new_empty((t, n))
-    split = cfg.split_k
+    cfg = CONFIGS[name]
+    split = cfg.split_k if t == 1 else 1
+    if split > 1 and normed:
+        raise ValueError("split-K with the norm is not implemented")
     part = out
     if split > 1:
         shape, f32 = (split, t, n), torch.float32
@@ -241,12 +287,11 @@ def gemv(
             else torch.empty(shape, dtype=f32, device=x.device)
         )
     launch = _launch(x)
-    tiles = _tiles(cfg, t)
+    tiles = _tiles(name, t, k)
     _gemv_kernel[(triton.cdiv(n, tiles["BLOCK_N"]), split)](
-        x, weight, out, out, norm if norm is not None else x, part,
-        x, x, x, x, x, x, t, n, k, eps,
-        NORM=norm is not None, RESIDUAL=residual is not None, SPLIT_K=split, ARGMAX=False,
-        CHAIN=False, ON_GPU=_on_gpu(x), num_warps=cfg.num_warps, **tiles, **launch,
+        x, weight, out, out, part, x, x, x, x, x, x, t, n, k, eps,
+        NORM=normed, RESIDUAL=residual is not None, SPLIT_K=split, ARGMAX=False,
+        CHAIN=False, ON_GPU=_on_gpu(x), **tiles, **launch,
     )  # fmt: skip
     if split > 1:
         block = 1024
@@ -259,53 +304,49 @@ def gemv(
 
 def lm_head_argmax(
     x: torch.Tensor,
-    norm: torch.Tensor,
     weight: torch.Tensor,
     eps: float,
     scratch: Scratch,
     tokens: torch.Tensor | None = None,
     pos: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Logits of rmsnorm(x) (banned tokens -inf) and their argmax [T], in one launch. With
-    `tokens` and `pos` (a decode graph), also tokens = argmax and pos += T."""
+    """Logits of rmsnorm(x) (the norm folded into `weight`; banned tokens -inf) and their
+    argmax [T], in one launch. With `tokens` and `pos` (a decode graph), also
+    tokens = argmax and pos += T."""
     t, k = x.shape
     n = weight.shape[0]
-    cfg = CONFIGS["lm_head"]
     logits = x.new_empty((t, n))
     argmax = torch.empty(t, dtype=torch.long, device=x.device)
     keys = scratch.get(f"keys{t}", (t,), torch.long, fill=-(2**63))
     count = scratch.get(f"head_count{t}", (1,), torch.int32, fill=0)
     chain = tokens is not None and pos is not None
-    tiles = _tiles(cfg, t)
+    tiles = _tiles("lm_head", t, k)
     _gemv_kernel[(triton.cdiv(n, tiles["BLOCK_N"]), 1)](
-        x, weight, logits, logits, norm, logits, scratch.banned_mask(), keys, count, argmax,
+        x, weight, logits, logits, logits, scratch.banned_mask(), keys, count, argmax,
         tokens if chain else argmax, pos if chain else argmax, t, n, k, eps,
         NORM=True, RESIDUAL=False, SPLIT_K=1, ARGMAX=True, CHAIN=chain, ON_GPU=_on_gpu(x),
-        num_warps=cfg.num_warps, **tiles, **_launch(x),
+        **tiles, **_launch(x),
     )  # fmt: skip
     return logits, argmax
 
 
-def gate_up_silu(
-    x: torch.Tensor, norm: torch.Tensor, w13: torch.Tensor, eps: float
-) -> torch.Tensor:
-    """silu(gate) * up of rmsnorm(x) for W13 = [gate; up] ([2I, H]); returns [T, I]."""
+def gate_up_silu(x: torch.Tensor, w13: torch.Tensor, eps: float) -> torch.Tensor:
+    """silu(gate) * up of rmsnorm(x) for W13 = [gate; up] ([2I, H], the norm folded in);
+    returns [T, I]."""
     t, k = x.shape
     inter = w13.shape[0] // 2
-    cfg = CONFIGS["gate_up"]
     out = x.new_empty((t, inter))
-    tiles = _tiles(cfg, t)
+    tiles = _tiles("gate_up", t, k)
     _paired_gemv_kernel[(triton.cdiv(inter, tiles["BLOCK_N"]),)](
-        x, w13, norm, x, out, x, x, x, x, x, t, k, inter, eps, 0,
+        x, w13, x, out, x, x, x, x, x, t, k, inter, eps, 0,
         ROPE_KV=False, HAS_BIAS=False, N_HEADS=1, N_KV=1, HEAD_DIM=2, ON_GPU=_on_gpu(x),
-        num_warps=cfg.num_warps, **tiles, **_launch(x),
+        **tiles, **_launch(x),
     )  # fmt: skip
     return out
 
 
 def qkv_rope_kv(
     x: torch.Tensor,
-    norm: torch.Tensor,
     wqkv: torch.Tensor,
     bias: torch.Tensor | None,
     k_cache: torch.Tensor,
@@ -318,19 +359,19 @@ def qkv_rope_kv(
     head_dim: int,
     eps: float,
 ) -> torch.Tensor:
-    """Rotated q [T, n_heads * head_dim]; rotated k and v written into the caches."""
+    """Rotated q [T, n_heads * head_dim] of rmsnorm(x) (the norm folded into wqkv);
+    rotated k and v written into the caches."""
     t, k = x.shape
-    cfg = CONFIGS["qkv"]
     q = x.new_empty((t, n_heads * head_dim))
-    tiles = _tiles(cfg, t, max_block_n=head_dim // 2)
+    tiles = _tiles("qkv", t, k, max_block_n=head_dim // 2)
     if (head_dim // 2) % tiles["BLOCK_N"]:
         raise ValueError(f"qkv block_n {tiles['BLOCK_N']} does not divide head_dim/2")
     grid = ((n_heads + 2 * n_kv) * (head_dim // 2 // tiles["BLOCK_N"]),)
     _paired_gemv_kernel[grid](
-        x, wqkv, norm, bias if bias is not None else x, q, k_cache, v_cache, cos, sin, pos,
+        x, wqkv, bias if bias is not None else x, q, k_cache, v_cache, cos, sin, pos,
         t, k, 0, eps, k_cache.shape[1],
         ROPE_KV=True, HAS_BIAS=bias is not None, N_HEADS=n_heads, N_KV=n_kv,
-        HEAD_DIM=head_dim, ON_GPU=_on_gpu(x), num_warps=cfg.num_warps, **tiles, **_launch(x),
+        HEAD_DIM=head_dim, ON_GPU=_on_gpu(x), **tiles, **_launch(x),
     )  # fmt: skip
     return q
 
@@ -359,20 +400,23 @@ def decode_attention(
     l_sum = scratch.get(f"attn_l{t}", (rows, splits), f32)
     acc = scratch.get(f"attn_acc{t}", (rows, splits, head_dim), f32)
     count = scratch.get(f"attn_count{t}", (n_kv,), torch.int32, fill=0)
-    block_r = _pow2(group * t)
-    block_l = max(8, cfg.block_l * _pow2(group) // block_r)
-    # The [rows, positions, head_dim] product tile grows with T: more warps, not spills.
-    warps = min(16, max(cfg.num_warps, block_r * block_l * head_dim // 2048))
+    if t == 1:  # a kv head's query group: broadcast-and-sum on the CUDA cores
+        block_r, block_l, warps, dot = _pow2(group), cfg.block_l, cfg.num_warps, False
+    else:  # a verify: rows padded to 16 for the tensor cores
+        block_r, block_l, warps, dot = max(16, _pow2(group * t)), 32, 4, True
+    # The combine holds every split of every row of the CTA: at T > 1 too many registers
+    # for one CTA, so a second launch does it there.
+    fused = cfg.fused_reduce and t == 1
     out = q.new_empty((t, n_heads * head_dim))
     launch = _launch(q)
     _attn_partial_kernel[(n_kv, splits)](
         q, k_cache, v_cache, pos, m, l_sum, acc, count, out, t, k_cache.shape[1],
         1.0 / math.sqrt(head_dim),
         N_HEADS=n_heads, GROUP=group, HEAD_DIM=head_dim, SPLITS=splits, BLOCK_R=block_r,
-        BLOCK_L=block_l, BLOCK_S=_pow2(splits), FUSED_REDUCE=cfg.fused_reduce,
+        BLOCK_L=block_l, BLOCK_S=_pow2(splits), FUSED_REDUCE=fused, USE_DOT=dot,
         ON_GPU=_on_gpu(q), num_warps=warps, **launch,
     )  # fmt: skip
-    if not cfg.fused_reduce:
+    if not fused:
         _attn_reduce_kernel[(rows,)](
             m, l_sum, acc, out, HEAD_DIM=head_dim, SPLITS=splits, BLOCK_S=_pow2(splits),
             **launch,
@@ -396,27 +440,33 @@ def triton_step(
     unfused attention reduce) and one for the head. `rows` / `cols` are unused (the kernels
     read `pos` and mask themselves). With `chain` the step also advances itself (tokens =
     argmax, pos += T)."""
+    if not w.norms_folded:
+        raise ValueError("the Triton step takes weights with folded norms (fold_norms)")
     if scratch is None:
         scratch = Scratch(tokens.device, w.lm_head.shape[0], banned)
     x = F.embedding(tokens, w.embed)  # the residual stream, updated in place
     nh, nkv, hd, eps = w.n_heads, w.n_kv_heads, w.head_dim, w.eps
     for i, layer in enumerate(w.layers):
         q = qkv_rope_kv(
-            x, layer.ln_in, layer.wqkv, layer.bqkv, k_cache[i], v_cache[i], w.cos, w.sin, pos,
+            x, layer.wqkv, layer.bqkv, k_cache[i], v_cache[i], w.cos, w.sin, pos,
             nh, nkv, hd, eps,
         )  # fmt: skip
         attn = decode_attention(q, k_cache[i], v_cache[i], pos, nh, nkv, hd, scratch)
-        gemv(attn, layer.wo, CONFIGS["o"], residual=x, scratch=scratch)
-        act = gate_up_silu(x, layer.ln_post, layer.w13, eps)
-        gemv(act, layer.w2, CONFIGS["down"], residual=x, scratch=scratch)
+        gemv(attn, layer.wo, "o", residual=x, scratch=scratch)
+        act = gate_up_silu(x, layer.w13, eps)
+        gemv(act, layer.w2, "down", residual=x, scratch=scratch)
     if chain:
-        return lm_head_argmax(x, w.norm, w.lm_head, eps, scratch, tokens, pos)
-    return lm_head_argmax(x, w.norm, w.lm_head, eps, scratch)
+        return lm_head_argmax(x, w.lm_head, eps, scratch, tokens, pos)
+    return lm_head_argmax(x, w.lm_head, eps, scratch)
 
 
 def set_config(name: str, **changes) -> None:
-    """Change one kernel's block sizes (the sweep script's variants)."""
+    """Change one kernel's block sizes (the sweep script's variants); "verify:<name>" for
+    the T > 1 tiles."""
     if name in ATTN:
         ATTN[name] = replace(ATTN[name], **changes)
+    elif name.startswith("verify:"):
+        key = name.split(":", 1)[1]
+        VERIFY_CONFIGS[key] = replace(VERIFY_CONFIGS[key], **changes)
     else:
         CONFIGS[name] = replace(CONFIGS[name], **changes)
