@@ -278,13 +278,13 @@ def pdl_probe() -> bool | str:
     x = torch.randn(1, 512, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16) * 0.05
     res = torch.zeros(1, 256, device="cuda", dtype=torch.bfloat16)
-    cfg = tk.GemvConfig(block_n=4, block_k=256)
+    tk.SETTINGS.pdl = True
     try:
-        graph_ms(lambda: tk.gemv(x, w, cfg, residual=res), reps=2)
+        graph_ms(lambda: tk.gemv(x, w, "o", residual=res), reps=2)
         res.zero_()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
-            tk.gemv(x, w, cfg, residual=res)
+            tk.gemv(x, w, "o", residual=res)
         res.zero_()
         graph.replay()
         torch.cuda.synchronize()
