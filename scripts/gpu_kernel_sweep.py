@@ -103,6 +103,24 @@ def grid(quick: bool, half_head: int = 32) -> dict[str, list[dict]]:
     return out
 
 
+def focused(previous: Path) -> dict[str, list[dict]]:
+    """The previous sweep's best six per kernel (double-buffered), and the plain-loop form
+    of the best three (prefetch off) at 1 and 3 pipeline stages, and for the verify tiles
+    the plain loop at 2 to 4 (the tensor-core path, where Triton pipelines through shared
+    memory)."""
+    data = json.loads(previous.read_text())["sweep"]
+    out: dict[str, list[dict]] = {}
+    for name, result in data.items():
+        top = [r["cfg"] for r in result["top"][:6]]
+        variants = [dict(c) for c in top]
+        stages = (2, 3, 4) if name.startswith("verify:") else (1, 3)
+        if name != "attn":
+            for c in top[:3]:
+                variants += [dict(c, prefetch=False, num_stages=n) for n in stages]
+        out[name] = variants
+    return out
+
+
 # --------------------------------------------------------------------------- fixtures
 class Fixture:
     """The model's weights and the activations each kernel reads, on the GPU."""
@@ -433,6 +451,9 @@ def main() -> int:
     cli.add_argument("--workers", type=int, default=min(12, os.cpu_count() or 4))
     cli.add_argument("--only", default="", help="comma-separated kernels to sweep")
     cli.add_argument(
+        "--focused", type=Path, help="a previous kernel_sweep.json: sweep around its best"
+    )
+    cli.add_argument(
         "--cpu-smoke", action="store_true", help="tiny shape, Triton's CPU interpreter (tests)"
     )
     args = cli.parse_args()
@@ -457,6 +478,8 @@ def main() -> int:
         result["pdl_in_graphs"] = pdl_probe()
         print(f"PDL inside CUDA graphs: {result['pdl_in_graphs']}", flush=True)
     variants = grid(args.quick, half_head=(SMOKE["head_dim"] if DEVICE == "cpu" else 64) // 2)
+    if args.focused:
+        variants = focused(args.focused)
     if args.only:
         variants = {k: v for k, v in variants.items() if k in args.only.split(",")}
     jobs = [(name, cfg) for name, cfgs in variants.items() for cfg in cfgs]

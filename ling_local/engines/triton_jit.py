@@ -159,6 +159,7 @@ def _gemv_kernel(
     BLOCK_K: tl.constexpr,
     RSTD_BLOCK: tl.constexpr,
     USE_DOT: tl.constexpr,
+    PREFETCH: tl.constexpr,
     USE_PDL: tl.constexpr,
     ON_GPU: tl.constexpr,
 ):
@@ -177,14 +178,14 @@ def _gemv_kernel(
     k_len = tl.cdiv(K, SPLIT_K * BLOCK_K) * BLOCK_K
     k_start = pid_k * k_len
     k_end = tl.minimum(K, k_start + k_len)
-    # The first weight tile does not depend on the previous kernel: read it before waiting.
-    offs_k = k_start + tl.arange(0, BLOCK_K)
-    w = tl.load(
-        w_rows + offs_k[None, :],
-        mask=n_mask[:, None] & (offs_k[None, :] < k_end),
-        other=0.0,
-        eviction_policy="evict_first",
-    )
+    if PREFETCH:  # the first weight tile does not depend on the previous kernel
+        offs_k = k_start + tl.arange(0, BLOCK_K)
+        w = tl.load(
+            w_rows + offs_k[None, :],
+            mask=n_mask[:, None] & (offs_k[None, :] < k_end),
+            other=0.0,
+            eviction_policy="evict_first",
+        )
     _pdl_wait(USE_PDL)
     rstd = tl.full((BLOCK_T,), 1.0, tl.float32)
     if NORM:
@@ -194,21 +195,36 @@ def _gemv_kernel(
     # while this one is multiplied.
     acc = tl.zeros((BLOCK_T, BLOCK_N, 1 if USE_DOT else BLOCK_K), tl.float32)
     acc2 = tl.zeros((BLOCK_T, BLOCK_N), tl.float32)
-    for k0 in range(k_start, k_start + k_len, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < k_end, K)
-        nxt = offs_k + BLOCK_K
-        w_next = tl.load(
-            w_rows + nxt[None, :],
-            mask=n_mask[:, None] & (nxt[None, :] < k_end),
-            other=0.0,
-            eviction_policy="evict_first",
-        )
-        if USE_DOT:
-            acc2 += _mma(x, tl.trans(w), DT, ON_GPU)
-        else:
-            acc += x[:, None, :] * w.to(tl.float32)[None, :, :]
-        w = w_next
+    if PREFETCH:
+        for k0 in range(k_start, k_start + k_len, BLOCK_K):
+            offs_k = k0 + tl.arange(0, BLOCK_K)
+            x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < k_end, K)
+            nxt = offs_k + BLOCK_K
+            w_next = tl.load(
+                w_rows + nxt[None, :],
+                mask=n_mask[:, None] & (nxt[None, :] < k_end),
+                other=0.0,
+                eviction_policy="evict_first",
+            )
+            if USE_DOT:
+                acc2 += _mma(x, tl.trans(w), DT, ON_GPU)
+            else:
+                acc += x[:, None, :] * w.to(tl.float32)[None, :, :]
+            w = w_next
+    else:  # plain loop: Triton's own pipelining (num_stages) and occupancy hide latency
+        for k0 in range(k_start, k_start + k_len, BLOCK_K):
+            offs_k = k0 + tl.arange(0, BLOCK_K)
+            x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < k_end, K)
+            w_cur = tl.load(
+                w_rows + offs_k[None, :],
+                mask=n_mask[:, None] & (offs_k[None, :] < k_end),
+                other=0.0,
+                eviction_policy="evict_first",
+            )
+            if USE_DOT:
+                acc2 += _mma(x, tl.trans(w_cur), DT, ON_GPU)
+            else:
+                acc += x[:, None, :] * w_cur.to(tl.float32)[None, :, :]
     if USE_DOT:  # noqa: SIM108 (a constexpr branch; Triton compiles only one side)
         y = acc2
     else:
@@ -282,6 +298,7 @@ def _paired_gemv_kernel(
     BLOCK_K: tl.constexpr,
     RSTD_BLOCK: tl.constexpr,
     USE_DOT: tl.constexpr,
+    PREFETCH: tl.constexpr,
     USE_PDL: tl.constexpr,
     ON_GPU: tl.constexpr,
 ):
@@ -313,31 +330,54 @@ def _paired_gemv_kernel(
         n_mask = rows_a < N_OUT
     a_rows = w_ptr + rows_a.to(tl.int64)[:, None] * K
     b_rows = w_ptr + rows_b.to(tl.int64)[:, None] * K
-    offs_k = tl.arange(0, BLOCK_K)
-    m = n_mask[:, None] & (offs_k[None, :] < K)
-    wa = tl.load(a_rows + offs_k[None, :], mask=m, other=0.0, eviction_policy="evict_first")
-    wb = tl.load(b_rows + offs_k[None, :], mask=m, other=0.0, eviction_policy="evict_first")
+    if PREFETCH:  # the first weight tiles do not depend on the previous kernel
+        offs_k = tl.arange(0, BLOCK_K)
+        m = n_mask[:, None] & (offs_k[None, :] < K)
+        wa = tl.load(a_rows + offs_k[None, :], mask=m, other=0.0, eviction_policy="evict_first")
+        wb = tl.load(b_rows + offs_k[None, :], mask=m, other=0.0, eviction_policy="evict_first")
     _pdl_wait(USE_PDL)
     rstd = _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T, RSTD_BLOCK)
     acc_a = tl.zeros((BLOCK_T, BLOCK_N, 1 if USE_DOT else BLOCK_K), tl.float32)
     acc_b = tl.zeros((BLOCK_T, BLOCK_N, 1 if USE_DOT else BLOCK_K), tl.float32)
     dot_a = tl.zeros((BLOCK_T, BLOCK_N), tl.float32)
     dot_b = tl.zeros((BLOCK_T, BLOCK_N), tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < K, K)
-        nxt = offs_k + BLOCK_K
-        m = n_mask[:, None] & (nxt[None, :] < K)
-        wa_next = tl.load(a_rows + nxt[None, :], mask=m, other=0.0, eviction_policy="evict_first")
-        wb_next = tl.load(b_rows + nxt[None, :], mask=m, other=0.0, eviction_policy="evict_first")
-        if USE_DOT:
-            dot_a += _mma(x, tl.trans(wa), DT, ON_GPU)
-            dot_b += _mma(x, tl.trans(wb), DT, ON_GPU)
-        else:
-            acc_a += x[:, None, :] * wa.to(tl.float32)[None, :, :]
-            acc_b += x[:, None, :] * wb.to(tl.float32)[None, :, :]
-        wa = wa_next
-        wb = wb_next
+    if PREFETCH:
+        for k0 in range(0, K, BLOCK_K):
+            offs_k = k0 + tl.arange(0, BLOCK_K)
+            x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < K, K)
+            nxt = offs_k + BLOCK_K
+            m = n_mask[:, None] & (nxt[None, :] < K)
+            wa_next = tl.load(
+                a_rows + nxt[None, :], mask=m, other=0.0, eviction_policy="evict_first"
+            )
+            wb_next = tl.load(
+                b_rows + nxt[None, :], mask=m, other=0.0, eviction_policy="evict_first"
+            )
+            if USE_DOT:
+                dot_a += _mma(x, tl.trans(wa), DT, ON_GPU)
+                dot_b += _mma(x, tl.trans(wb), DT, ON_GPU)
+            else:
+                acc_a += x[:, None, :] * wa.to(tl.float32)[None, :, :]
+                acc_b += x[:, None, :] * wb.to(tl.float32)[None, :, :]
+            wa = wa_next
+            wb = wb_next
+    else:  # plain loop: Triton's own pipelining (num_stages) and occupancy hide latency
+        for k0 in range(0, K, BLOCK_K):
+            offs_k = k0 + tl.arange(0, BLOCK_K)
+            x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < K, K)
+            m = n_mask[:, None] & (offs_k[None, :] < K)
+            wa_c = tl.load(
+                a_rows + offs_k[None, :], mask=m, other=0.0, eviction_policy="evict_first"
+            )
+            wb_c = tl.load(
+                b_rows + offs_k[None, :], mask=m, other=0.0, eviction_policy="evict_first"
+            )
+            if USE_DOT:
+                dot_a += _mma(x, tl.trans(wa_c), DT, ON_GPU)
+                dot_b += _mma(x, tl.trans(wb_c), DT, ON_GPU)
+            else:
+                acc_a += x[:, None, :] * wa_c.to(tl.float32)[None, :, :]
+                acc_b += x[:, None, :] * wb_c.to(tl.float32)[None, :, :]
     if USE_DOT:
         a = dot_a
         b = dot_b

@@ -84,6 +84,10 @@ class GemvConfig:
     split_k: int = 1
     """CTAs sharing one row block's K range (fp32 partials + one reduce kernel)."""
     num_warps: int = 4
+    prefetch: bool = True
+    """Load the next weight tile while multiplying this one (and the first before the PDL
+    wait); False: a plain loop left to Triton's pipelining (`num_stages`)."""
+    num_stages: int = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -208,7 +212,7 @@ def _tiles(name: str, t: int, k: int, max_block_n: int | None = None) -> dict:
     rstd = min(_pow2(k), max(256, 4096 // block_t))
     return dict(
         BLOCK_T=block_t, BLOCK_N=block_n, BLOCK_K=block_k, RSTD_BLOCK=rstd, USE_DOT=dot,
-        num_warps=cfg.num_warps,
+        PREFETCH=cfg.prefetch, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
 
 

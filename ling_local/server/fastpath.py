@@ -14,7 +14,8 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Coroutine
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -94,6 +95,15 @@ async def _until_disconnect(work: asyncio.Future, receive: Receive) -> bool:
     return False
 
 
+def _start(coro: Coroutine) -> asyncio.Future:
+    """A task that runs to its first await right away where Python has eager tasks
+    (3.12+): the request is on its way to the engine before the event loop turns again."""
+    if sys.version_info >= (3, 12):
+        loop = asyncio.get_running_loop()
+        return asyncio.Task(coro, loop=loop, eager_start=True)  # type: ignore[call-arg]
+    return asyncio.ensure_future(coro)
+
+
 async def _stream(prepared: Prepared, receive: Receive, send: Send) -> None:
     relay = prepared.relay()
     headers: asyncio.Future | None = None
@@ -112,7 +122,7 @@ async def _stream(prepared: Prepared, receive: Receive, send: Send) -> None:
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
     try:
-        await _until_disconnect(asyncio.ensure_future(pump()), receive)
+        await _until_disconnect(_start(pump()), receive)
     finally:
         if headers is not None and not headers.done():
             headers.cancel()

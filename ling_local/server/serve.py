@@ -139,6 +139,9 @@ def run_daemon(
         uds=uds,
         log_level=log_level if log_level != "info" else "warning",
         access_log=False,
+        # Loopback only: no proxy in front whose X-Forwarded-* headers would be believed
+        # (and one middleware less on every request).
+        proxy_headers=False,
         lifespan="on",
         timeout_graceful_shutdown=5,
         log_config=None,

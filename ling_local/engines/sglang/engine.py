@@ -32,6 +32,7 @@ from ling_local.engines.base import (
     SamplingParams,
 )
 from ling_local.engines.sglang.command import (
+    HOST,
     build_command,
     free_port,
     local_model_dir,
@@ -47,6 +48,7 @@ from ling_local.engines.sglang.relay import (
     relay_events,
     status_error,
 )
+from ling_local.engines.sglang.wire import WireError, WirePool, WireResponse
 from ling_local.errors import EngineCrashed, EngineError, EngineNotReady, RequestError
 from ling_local.tokenization import TextTokenizer, load_tokenizer
 
@@ -58,7 +60,6 @@ _LOG_TAIL = 15
 _HEALTH_TIMEOUT = aiohttp.ClientTimeout(total=2.0)
 _ABORT_TIMEOUT = aiohttp.ClientTimeout(total=5.0)
 _DRAIN_TIMEOUT_S = 5.0
-_JSON = {"Content-Type": "application/json"}
 
 
 class SGLangEngine:
@@ -76,6 +77,8 @@ class SGLangEngine:
         self.log_path = paths.log_dir() / f"sglang-{profile.name}.log"
         self._child: ChildProcess | None = None
         self._http: aiohttp.ClientSession | None = None
+        self._wire: WirePool | None = None
+        """The /generate connections (`wire`: the token path without aiohttp)."""
         self._flights: dict[int, Flight] = {}
         self._crashes: deque[float] = deque()
         self._supervisor: asyncio.Task | None = None
@@ -118,8 +121,8 @@ class SGLangEngine:
         child = ChildProcess(command, self.log_path)
         self._child = child
         log.info("launching SGLang: %s", command.redacted())
-        # aiohttp, not httpx, for this one loopback connection: reading a stream costs it
-        # about 2.5x less CPU per event, and that work sits on every token's path.
+        # Health checks, aborts and the model's metadata go through aiohttp; /generate, the
+        # token path, through `wire` (one write per request, httptools parsing the stream).
         http = aiohttp.ClientSession(
             base_url=command.url,
             headers={"Authorization": f"Bearer {command.api_key}"},
@@ -131,11 +134,15 @@ class SGLangEngine:
             await self._wait_healthy(child, http)
             await asyncio.to_thread(self._load_tokenizer, required=True)
             self._http = http
+            self._wire = WirePool(HOST, command.port, command.api_key)
             if self.profile.engine.warmup:
                 self.detail = "warming up"
                 await self._warmup()
         except BaseException:
             self._http = None
+            if self._wire is not None:
+                await self._wire.close()
+                self._wire = None
             await asyncio.shield(child.stop(grace_s=5.0))
             await http.close()
             raise
@@ -205,9 +212,12 @@ class SGLangEngine:
             log.error("%s", message)
             child.kill_remnants()
             self._http, http = None, self._http
+            self._wire, wire = None, self._wire
             self.state = EngineState.STARTING
+            if wire is not None:
+                await wire.close()  # ends the streams in flight (they report the crash)
             if http is not None:
-                await http.close()  # ends the streams in flight (they report the crash)
+                await http.close()
             now = time.monotonic()
             self._crashes.append(now)
             while self._crashes and now - self._crashes[0] > s.restart_window_s:
@@ -243,6 +253,9 @@ class SGLangEngine:
             await asyncio.wait(list(self._background), timeout=2.0)
         if self._child is not None:
             await self._child.stop()
+        if self._wire is not None:
+            await self._wire.close()
+            self._wire = None
         if self._http is not None:
             await self._http.close()
             self._http = None
@@ -263,7 +276,7 @@ class SGLangEngine:
 
     # ----------------------------------------------------------------- streaming
     def stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
-        if self.state is not EngineState.READY or self._http is None:
+        if self.state is not EngineState.READY or self._wire is None:
             raise EngineNotReady(f"engine is {self.state.value}: {self.detail}".rstrip(": "))
         return self._generate(request)
 
@@ -297,21 +310,21 @@ class SGLangEngine:
         return min(request.sampling.max_tokens, room)
 
     async def _generate(self, request: GenerationRequest) -> AsyncIterator[Delta]:
-        http = self._http
-        assert http is not None
+        wire = self._wire
+        assert wire is not None
         # A fresh uuid per request: SGLang aborts by rid *prefix*, so rids must never be
         # reused nor be prefixes of one another (fixed-length hex is neither).
         flight = Flight(request, uuid.uuid4().hex)
         final: GenerationStats | None = None
-        response: aiohttp.ClientResponse | None = None
+        response: WireResponse | None = None
         interrupted = False  # a cancelled task: nothing more can be awaited here
         try:
             payload = generate_payload(request, flight.rid, self._max_new_tokens(request))
             self._flights[id(request)] = flight
-            response = await http.post("/generate", data=dumps(payload), headers=_JSON)
+            response = await wire.post("/generate", dumps(payload))
             if response.status != 200:
                 raise status_error(response.status, await response.read())
-            async for delta in relay_events(response.content.iter_any(), flight):
+            async for delta in relay_events(response.iter_any(), flight):
                 if delta.finish_reason is None and request.cancelled:
                     # Cancelled without abort() (or its abort raced the start): stop here;
                     # the finally block tells SGLang.
@@ -322,7 +335,7 @@ class SGLangEngine:
                 yield delta
             if final is None:
                 raise ValueError("the stream ended without a finish reason")
-        except (aiohttp.ClientError, ValueError) as err:
+        except (WireError, ValueError) as err:
             final = flight.final_stats("error")
             yield Delta("", 0, "error", final, await self._stream_error(err))
         except GeneratorExit:
@@ -351,16 +364,15 @@ class SGLangEngine:
                 except Exception:
                     log.exception("on_finish callback failed")
 
-    async def _close(self, flight: Flight, response: aiohttp.ClientResponse) -> None:
+    async def _close(self, flight: Flight, response: WireResponse) -> None:
         if flight.finished:
             # The caller had its last delta and went; the body's tail ("data: [DONE]") is
             # read here, off the token path, so the keep-alive connection goes back to the
-            # pool (aiohttp closes a connection released unread, and a fresh connection per
-            # request cost ~0.3 ms of TTFT).
+            # pool (a fresh connection per request cost ~0.3 ms of TTFT).
             try:
                 async with asyncio.timeout(_DRAIN_TIMEOUT_S):
                     await response.read()
-            except (aiohttp.ClientError, TimeoutError):
+            except (WireError, TimeoutError):
                 response.close()
             else:
                 response.release()
