@@ -101,23 +101,28 @@ class AttnConfig:
     """The last CTA of a kv head combines its splits (one launch instead of two)."""
 
 
-# The best of the sweep on the H200 for Llama-3.2-1B (H 2048, I 8192, 32/8 heads of 64,
-# vocab 128256), scripts/gpu_kernel_sweep.py, docs/bench/kernel_sweep_h200_run2.json: CTAs
-# per launch in the comments.
+# The best of the sweeps on the H200 for Llama-3.2-1B (H 2048, I 8192, 32/8 heads of 64,
+# vocab 128256), scripts/gpu_kernel_sweep.py, docs/bench/kernel_sweep_h200_run3.json (the
+# attention's reduce fused: the whole step was faster with it, 0.956 vs 0.965 ms): CTAs per
+# launch in the comments.
 CONFIGS: dict[str, GemvConfig] = {
-    "qkv": GemvConfig(block_n=4, block_k=512),  # 3072 rows -> 384 CTAs of 8 rows
-    "gate_up": GemvConfig(block_n=8, block_k=128),  # 16384 rows -> 1024 CTAs of 16 rows
-    "o": GemvConfig(block_n=2, block_k=1024),  # 2048 rows -> 1024 CTAs
-    "down": GemvConfig(block_n=2, block_k=1024),  # 2048 rows -> 1024 CTAs
-    "lm_head": GemvConfig(block_n=16, block_k=128),  # 128256 rows -> 8016 CTAs
+    # 3072 rows -> 384 CTAs of 8 rows
+    "qkv": GemvConfig(block_n=4, block_k=512, num_warps=2, prefetch=False),
+    # 16384 rows -> 512 CTAs of 32 rows
+    "gate_up": GemvConfig(block_n=16, block_k=128, num_warps=8),
+    # 2048 rows -> 512 CTAs
+    "o": GemvConfig(block_n=4, block_k=1024),
+    "down": GemvConfig(block_n=4, block_k=1024, num_warps=8),
+    # 128256 rows -> 8016 CTAs
+    "lm_head": GemvConfig(block_n=16, block_k=128, prefetch=False, num_stages=1),
 }
-ATTN = {"attn": AttnConfig(splits=32, block_l=32, num_warps=4, fused_reduce=False)}
+ATTN = {"attn": AttnConfig(splits=32, block_l=32, num_warps=4, fused_reduce=True)}
 VERIFY_CONFIGS: dict[str, GemvConfig] = {
-    "qkv": GemvConfig(block_n=16, block_k=256),
-    "gate_up": GemvConfig(block_n=32, block_k=128, num_warps=8),
-    "o": GemvConfig(block_n=16, block_k=256),
-    "down": GemvConfig(block_n=16, block_k=256),
-    "lm_head": GemvConfig(block_n=64, block_k=64),
+    "qkv": GemvConfig(block_n=32, block_k=256, prefetch=False, num_stages=4),
+    "gate_up": GemvConfig(block_n=32, block_k=256),
+    "o": GemvConfig(block_n=16, block_k=256, prefetch=False, num_stages=4),
+    "down": GemvConfig(block_n=16, block_k=256, prefetch=False, num_stages=4),
+    "lm_head": GemvConfig(block_n=64, block_k=64, prefetch=False),
 }
 """T > 1 (a verify): tensor-core tiles of 16 (padded) tokens x block_n rows x block_k."""
 
