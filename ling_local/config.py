@@ -62,10 +62,12 @@ class EngineSettings(_Section):
     """torch.compile the graph-captured step (fuses small ops; costs start-up time)."""
     kernels: Literal["torch", "triton"] = "torch"
     """The graph-captured GPU step's kernels: ``torch`` (PyTorch ops, compiled if
-    ``compile``) or ``triton`` (hand-written Triton kernels: fused norm+GEMV, RoPE and the KV
-    write in the QKV epilogue, SiLU*mul in the gate/up epilogue, split-K down projection,
-    flash-decoding attention). ``triton`` needs a CUDA device, CUDA graphs, the triton
-    package and a Llama/Mistral/Qwen2-style model; experimental, speed not yet measured."""
+    ``compile``) or ``triton`` (hand-written Triton kernels, `engines/triton_kernels.py`: five
+    launches a layer with PDL, RoPE and the KV write in the QKV epilogue, SiLU*up in the
+    gate/up epilogue, flash-decoding attention, the argmax in the output head; the fastest
+    step measured, 0.98 ms/token for Llama-3.2-1B on an H200 against 1.06 compiled).
+    ``triton`` needs a CUDA device, CUDA graphs, the triton package and a
+    Llama/Mistral/Qwen2-style model; it folds the RMSNorm weights into the matrices."""
     quantize: Literal["none", "int8"] = "none"
     """Weight-only int8 matmuls on the CPU (4x fewer bytes per token; slightly less exact)."""
     warmup: bool = True
