@@ -112,7 +112,7 @@ class TorchEngine:
             self.runner = HFRunner(model, device)
         if engine.kernels == "triton":
             _check_triton(self.runner, device)
-            from ling_local.engines.triton_kernels import fold_norms
+            from ling_local.engines.triton_setup import fold_norms
 
             fold_norms(self.runner.weights)  # the kernels' form; the prefill runs it too
         draft = draft_cache = None
@@ -307,7 +307,7 @@ def _check_triton(runner: Any, device: torch.device) -> None:
         raise ConfigError("engine.kernels = 'triton' needs a Llama-family model (the fast path)")
     if importlib.util.find_spec("triton") is None:
         raise ConfigError("engine.kernels = 'triton' needs the triton package")
-    from ling_local.engines.triton_kernels import unsupported_reason
+    from ling_local.engines.triton_setup import unsupported_reason
 
     reason = unsupported_reason(runner.weights)
     if reason is not None:

@@ -1,0 +1,179 @@
+"""The Triton decode step's attention kernels (device code only): flash-decoding over the
+slot's KV cache, split over the live context, the splits combined by the last CTA of each kv
+head (or by a second launch). Launched by `triton_kernels.decode_attention`; the shared helpers
+(PDL wait, the CTA ticket, rounding, the tensor-core product) are in `triton_jit`."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ling_local.engines.triton_jit import _mma, _pdl_wait, _round, _ticket
+
+
+@triton.jit
+def _combine_splits(
+    m_ptr,
+    l_ptr,
+    acc_ptr,
+    out_ptr,
+    rows,
+    r_mask,
+    SPLITS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+):
+    """Softmax-combine the splits of output rows `rows` ([R] row = t * heads + head); out is
+    [T, heads * HEAD_DIM] in row order. Reads the partials at L2 (.cg): other CTAs of the
+    same launch wrote them."""
+    DT: tl.constexpr = out_ptr.dtype.element_ty
+    s = tl.arange(0, BLOCK_S)
+    d = tl.arange(0, HEAD_DIM)
+    sm = r_mask[:, None] & (s[None, :] < SPLITS)
+    idx = rows[:, None] * SPLITS + s[None, :]  # [R, S]
+    m = tl.load(m_ptr + idx, mask=sm, other=float("-inf"), cache_modifier=".cg")
+    l_s = tl.load(l_ptr + idx, mask=sm, other=0.0, cache_modifier=".cg")
+    acc = tl.load(
+        acc_ptr + idx[:, :, None] * HEAD_DIM + d[None, None, :],
+        mask=sm[:, :, None],
+        other=0.0,
+        cache_modifier=".cg",
+    )
+    m_max = tl.max(m, axis=1)  # finite for real rows: split 0 always holds position 0
+    m_max = tl.where(r_mask, m_max, 0.0)
+    scale = tl.exp(m - m_max[:, None])
+    den = tl.sum(scale * l_s, axis=1)
+    den = tl.where(r_mask, den, 1.0)
+    out = tl.sum(scale[:, :, None] * acc, axis=1) / den[:, None]
+    tl.store(
+        out_ptr + rows[:, None] * HEAD_DIM + d[None, :],
+        _round(out, DT).to(DT),
+        mask=r_mask[:, None],
+    )
+
+
+@triton.jit
+def _attend(q, k, v, offs_l, l_mask, q_pos, m_i, l_i, acc, sm_scale, USE_DOT: tl.constexpr,
+            DT: tl.constexpr, ON_GPU: tl.constexpr):  # fmt: skip
+    """One online-softmax step of rows q [R, D] over the cache tile k, v [L, D]."""
+    if USE_DOT:
+        s = _mma(q, tl.trans(k), DT, ON_GPU)
+    else:
+        s = tl.sum(q[:, None, :] * k.to(tl.float32)[None, :, :], axis=2)
+    s = s * sm_scale  # [R, L]
+    visible = (offs_l[None, :] <= q_pos[:, None]) & l_mask[None, :]
+    s = tl.where(visible, s, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(s, axis=1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp(m_i - m_safe)
+    p = tl.exp(s - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    if USE_DOT:  # p in the model dtype, as SDPA's flash kernels do
+        pv = _mma(p, v, DT, ON_GPU)
+    else:
+        pv = tl.sum(p[:, :, None] * v.to(tl.float32)[None, :, :], axis=1)
+    return m_new, l_i, acc * alpha[:, None] + pv
+
+
+@triton.jit
+def _attn_partial_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    pos_ptr,
+    m_ptr,
+    l_ptr,
+    acc_ptr,
+    count_ptr,
+    out_ptr,
+    T,
+    MAX_LEN,
+    sm_scale,
+    N_HEADS: tl.constexpr,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    SPLITS: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_L: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    FUSED_REDUCE: tl.constexpr,
+    USE_DOT: tl.constexpr,
+    USE_PDL: tl.constexpr,
+    ON_GPU: tl.constexpr,
+):
+    """Partial softmax attention of one kv head's query group (rows r = t * GROUP + g) over
+    one split of the cache positions 0 .. pos + T - 1; query t sees positions <= pos + t.
+    Stores the running max, sum and unnormalised output per (t, head, split); with
+    FUSED_REDUCE the last CTA of the kv head combines them into out (no second launch).
+    The split's first tile of keys and values older than this step is read before waiting
+    for the previous kernel, which writes only positions pos .. pos + T - 1."""
+    DT: tl.constexpr = q_ptr.dtype.element_ty
+    kv_head = tl.program_id(0)
+    split = tl.program_id(1)
+    pos = tl.load(pos_ptr)  # written before the step (host or the previous step's chain)
+    n_ctx = pos + T
+    chunk = tl.cdiv(tl.cdiv(n_ctx, SPLITS), BLOCK_L) * BLOCK_L
+    start = split * chunk
+    end = tl.minimum(start + chunk, n_ctx)
+    d = tl.arange(0, HEAD_DIM)
+    base = kv_head * MAX_LEN * HEAD_DIM
+    offs_l = start + tl.arange(0, BLOCK_L)
+    kv_off = base + offs_l[:, None] * HEAD_DIM + d[None, :]
+    old = ((offs_l < end) & (offs_l < pos))[:, None]
+    k = tl.load(k_ptr + kv_off, mask=old, other=0.0)
+    v = tl.load(v_ptr + kv_off, mask=old, other=0.0)
+    _pdl_wait(USE_PDL)
+    new = ((offs_l < end) & (offs_l >= pos))[:, None]
+    k = tl.where(new, tl.load(k_ptr + kv_off, mask=new, other=0.0), k)
+    v = tl.where(new, tl.load(v_ptr + kv_off, mask=new, other=0.0), v)
+    r = tl.arange(0, BLOCK_R)
+    t = r // GROUP
+    head = kv_head * GROUP + r % GROUP
+    r_mask = t < T
+    q = tl.load(
+        q_ptr + t[:, None] * (N_HEADS * HEAD_DIM) + head[:, None] * HEAD_DIM + d[None, :],
+        mask=r_mask[:, None],
+        other=0.0,
+    ).to(tl.float32)
+    q_pos = pos + t
+    m_i = tl.full((BLOCK_R,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_R,), tl.float32)
+    acc = tl.zeros((BLOCK_R, HEAD_DIM), tl.float32)
+    m_i, l_i, acc = _attend(
+        q, k, v, offs_l, offs_l < end, q_pos, m_i, l_i, acc, sm_scale, USE_DOT, DT, ON_GPU
+    )
+    for l0 in range(start + BLOCK_L, end, BLOCK_L):
+        offs_l = l0 + tl.arange(0, BLOCK_L)
+        l_mask = offs_l < end
+        kv_off = base + offs_l[:, None] * HEAD_DIM + d[None, :]
+        k = tl.load(k_ptr + kv_off, mask=l_mask[:, None], other=0.0)
+        v = tl.load(v_ptr + kv_off, mask=l_mask[:, None], other=0.0)
+        m_i, l_i, acc = _attend(
+            q, k, v, offs_l, l_mask, q_pos, m_i, l_i, acc, sm_scale, USE_DOT, DT, ON_GPU
+        )
+    rows = t * N_HEADS + head
+    row = rows * SPLITS + split
+    tl.store(m_ptr + row, m_i, mask=r_mask)
+    tl.store(l_ptr + row, l_i, mask=r_mask)
+    tl.store(acc_ptr + row[:, None] * HEAD_DIM + d[None, :], acc, mask=r_mask[:, None])
+    if FUSED_REDUCE:  # noqa: SIM102 (constexpr first: no atomic at all without it)
+        if _ticket(count_ptr + kv_head, ON_GPU) == SPLITS - 1:
+            _combine_splits(m_ptr, l_ptr, acc_ptr, out_ptr, rows, r_mask, SPLITS, HEAD_DIM, BLOCK_S)
+            tl.store(count_ptr + kv_head, 0)
+
+
+@triton.jit
+def _attn_reduce_kernel(
+    m_ptr,
+    l_ptr,
+    acc_ptr,
+    out_ptr,
+    HEAD_DIM: tl.constexpr,
+    SPLITS: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    USE_PDL: tl.constexpr,
+):
+    """Combine one (token, head)'s splits (the two-launch variant of the attention)."""
+    _pdl_wait(USE_PDL)
+    rows = tl.program_id(0) + tl.arange(0, 1)
+    _combine_splits(m_ptr, l_ptr, acc_ptr, out_ptr, rows, rows >= 0, SPLITS, HEAD_DIM, BLOCK_S)

@@ -1,0 +1,154 @@
+"""The Triton decode step's settings: block sizes per kernel (`CONFIGS` for T = 1,
+`VERIFY_CONFIGS` for a verify's T > 1, `ATTN`), programmatic dependent launch on or off, the
+JSON override the sweep script writes (`LING_LOCAL_TRITON_CONFIGS`), what a model needs for
+these kernels, and the norm folding they expect. Imports no triton."""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import torch
+
+__all__ = [
+    "ATTN",
+    "CONFIGS",
+    "SETTINGS",
+    "VERIFY_CONFIGS",
+    "AttnConfig",
+    "GemvConfig",
+    "fold_norms",
+    "load_configs",
+    "set_config",
+    "unsupported_reason",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class GemvConfig:
+    block_n: int
+    """Output rows per CTA (for the paired kernels: per half, so a CTA reads 2 * block_n)."""
+    block_k: int
+    """Reduction elements per loop iteration (8 bf16 = one 16-byte load per thread-row)."""
+    split_k: int = 1
+    """CTAs sharing one row block's K range (fp32 partials + one reduce kernel)."""
+    num_warps: int = 4
+    prefetch: bool = True
+    """Load the next weight tile while multiplying this one (and the first before the PDL
+    wait); False: a plain loop left to Triton's pipelining (`num_stages`)."""
+    num_stages: int = 3
+
+
+@dataclass(frozen=True, slots=True)
+class AttnConfig:
+    splits: int = 16
+    """Flash-decoding splits per kv head, over the live context."""
+    block_l: int = 32
+    """Cache positions per loop iteration at T = 1 (halved as the query rows grow)."""
+    num_warps: int = 4
+    fused_reduce: bool = True
+    """The last CTA of a kv head combines its splits (one launch instead of two)."""
+
+
+# The best of the sweeps on the H200 for Llama-3.2-1B (H 2048, I 8192, 32/8 heads of 64,
+# vocab 128256), scripts/gpu_kernel_sweep.py, docs/bench/kernel_sweep_h200_run3.json (the
+# attention's reduce fused: the whole step was faster with it, 0.956 vs 0.965 ms): CTAs per
+# launch in the comments.
+CONFIGS: dict[str, GemvConfig] = {
+    # 3072 rows -> 384 CTAs of 8 rows
+    "qkv": GemvConfig(block_n=4, block_k=512, num_warps=2, prefetch=False),
+    # 16384 rows -> 512 CTAs of 32 rows
+    "gate_up": GemvConfig(block_n=16, block_k=128, num_warps=8),
+    # 2048 rows -> 512 CTAs
+    "o": GemvConfig(block_n=4, block_k=1024),
+    "down": GemvConfig(block_n=4, block_k=1024, num_warps=8),
+    # 128256 rows -> 8016 CTAs
+    "lm_head": GemvConfig(block_n=16, block_k=128, prefetch=False, num_stages=1),
+}
+ATTN = {"attn": AttnConfig(splits=32, block_l=32, num_warps=4, fused_reduce=True)}
+VERIFY_CONFIGS: dict[str, GemvConfig] = {
+    "qkv": GemvConfig(block_n=32, block_k=256, prefetch=False, num_stages=4),
+    "gate_up": GemvConfig(block_n=32, block_k=256),
+    "o": GemvConfig(block_n=16, block_k=256, prefetch=False, num_stages=4),
+    "down": GemvConfig(block_n=16, block_k=256, prefetch=False, num_stages=4),
+    "lm_head": GemvConfig(block_n=64, block_k=64, prefetch=False),
+}
+"""T > 1 (a verify): tensor-core tiles of 16 (padded) tokens x block_n rows x block_k."""
+
+
+def fold_norms(w) -> None:
+    """Fold each RMSNorm weight into the matrix it feeds (W[:, k] *= g[k], in the model
+    dtype) and make the norm weights ones: the same function, and the form the Triton
+    kernels take. The output head gets a folded copy (the embedding stays as it is)."""
+    if w.norms_folded:
+        return
+
+    def fold(matrix: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        return (matrix.float() * g.float()[None, :]).to(matrix.dtype)
+
+    for layer in w.layers:
+        layer.wqkv = fold(layer.wqkv, layer.ln_in)
+        layer.ln_in = torch.ones_like(layer.ln_in)
+        layer.w13 = fold(layer.w13, layer.ln_post)
+        layer.ln_post = torch.ones_like(layer.ln_post)
+    w.lm_head = fold(w.lm_head, w.norm)
+    w.norm = torch.ones_like(w.norm)
+    w.norms_folded = True
+
+
+@dataclass(slots=True)
+class Settings:
+    pdl: bool = os.environ.get("LING_LOCAL_TRITON_PDL", "1") != "0"
+    """Programmatic dependent launch where the GPU has it (compute capability >= 9)."""
+
+
+SETTINGS = Settings()
+
+
+def load_configs(path: str | os.PathLike) -> None:
+    """Take block sizes (and `pdl`) from a JSON file of the sweep script's form
+    ({"qkv": {"block_n": 8, ...}, "attn": {...}, "pdl": true}); unknown names refused."""
+    data = json.loads(Path(path).read_text())
+    for name, fields in data.items():
+        if name == "pdl":
+            SETTINGS.pdl = bool(fields)
+        elif name in ATTN:
+            ATTN[name] = AttnConfig(**fields)
+        elif name in CONFIGS:
+            CONFIGS[name] = GemvConfig(**fields)
+        elif name.startswith("verify:") and name[7:] in VERIFY_CONFIGS:
+            VERIFY_CONFIGS[name[7:]] = GemvConfig(**fields)
+        else:
+            raise ValueError(f"{path}: unknown kernel {name!r}")
+
+
+if os.environ.get("LING_LOCAL_TRITON_CONFIGS"):
+    load_configs(os.environ["LING_LOCAL_TRITON_CONFIGS"])
+
+
+def unsupported_reason(w) -> str | None:
+    """Why these kernels cannot run this model's weights, or None when they can."""
+    if any(layer.q_norm is not None for layer in w.layers):
+        return "per-head q/k norms (Qwen3) are not implemented in the Triton kernels"
+    d = w.head_dim
+    if d & (d - 1) or d < 16:
+        return f"head_dim {d} is not a power of two >= 16"
+    if w.n_heads % w.n_kv_heads:
+        return "query heads are not a multiple of kv heads"
+    if (d // 2) % CONFIGS["qkv"].block_n:
+        return f"head_dim/2 = {d // 2} is not a multiple of CONFIGS['qkv'].block_n"
+    return None
+
+
+def set_config(name: str, **changes) -> None:
+    """Change one kernel's block sizes (the sweep script's variants); "verify:<name>" for
+    the T > 1 tiles."""
+    if name in ATTN:
+        ATTN[name] = replace(ATTN[name], **changes)
+    elif name.startswith("verify:"):
+        key = name.split(":", 1)[1]
+        VERIFY_CONFIGS[key] = replace(VERIFY_CONFIGS[key], **changes)
+    else:
+        CONFIGS[name] = replace(CONFIGS[name], **changes)
