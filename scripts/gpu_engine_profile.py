@@ -8,14 +8,8 @@ $OUT/engine_profile.json and prints tables. One call on the lent H200:
 
     python3 scripts/gpu_engine_profile.py --variants eager,compiled,gptfast
 
-`triton` is the step of hand-written Triton kernels (`engine.kernels = "triton"`), checked
-against the eager step (max |logit difference|, same argmax) before it is timed. Variants
-`triton:NAME.FIELD=N+...` change its block sizes first (NAME: qkv, gate_up, o, down,
-lm_head with FIELD block_n / block_k / split_k / num_warps; or attn.splits / attn.block_l /
-attn.num_warps), e.g. one call sweeping the down projection and the attention splits:
-
-    python3 scripts/gpu_engine_profile.py --variants compiled,triton,\
-triton:down.split_k=1,triton:down.split_k=4+down.block_n=16,triton:attn.splits=8
+The Triton step (`engine.kernels = "triton"`) has a script of its own that sweeps its block
+sizes and times the whole step: scripts/gpu_kernel_sweep.py.
 """
 
 from __future__ import annotations
@@ -117,49 +111,11 @@ def gptfast_step(hf, context: int, dev: torch.device):
     return lambda: decode(x, pos)
 
 
-def triton_configure(spec: str) -> None:
-    """Apply `NAME.FIELD=N+...` to the Triton kernels' settings (defaults first)."""
-    from ling_local.engines import triton_kernels as tk
-
-    if not TRITON_DEFAULTS:  # the module's own settings, restored before each variant
-        TRITON_DEFAULTS["configs"] = dict(tk.CONFIGS)
-        TRITON_DEFAULTS["attn"] = (tk.ATTN_SPLITS, tk.ATTN_BLOCK_L, tk.ATTN_NUM_WARPS)
-    tk.CONFIGS.update(TRITON_DEFAULTS["configs"])
-    tk.ATTN_SPLITS, tk.ATTN_BLOCK_L, tk.ATTN_NUM_WARPS = TRITON_DEFAULTS["attn"]
-    for item in filter(None, spec.split("+")):
-        key, value = item.split("=")
-        name, field = key.split(".")
-        if name == "attn":
-            setattr(tk, f"ATTN_{field.upper()}", int(value))
-        else:
-            tk.set_config(name, **{field: int(value)})
-
-
-def triton_check(runner, context: int) -> dict:
-    """One step of the Triton kernels against the eager torch step, same fresh cache."""
-    from ling_local.engines.cuda_graphs import GraphStep
-
-    steps = [
-        GraphStep(runner.weights, runner.new_cache(), 1, context, kernels=k)
-        for k in ("torch", "triton")
-    ]
-    for step in steps:
-        step.load([5], 600)
-        step.replay()
-    torch.cuda.synchronize()
-    ref, tri = steps[0], steps[1]
-    finite = torch.isfinite(ref.logits)
-    diff = (tri.logits.float() - ref.logits.float())[finite].abs().max().item()
-    return {"max_logit_diff": diff, "same_argmax": bool(torch.equal(tri.argmax, ref.argmax))}
-
-
-TRITON_DEFAULTS: dict = {}
-
-
 def main() -> int:
     cli = argparse.ArgumentParser()
     cli.add_argument("--variants", default="eager,compiled,gptfast")
-    cli.add_argument("--context", type=int, default=832)
+    # A decode graph advances itself one position per replay: room for ~250 replays at 600.
+    cli.add_argument("--context", type=int, default=1024)
     args = cli.parse_args()
     from transformers import AutoModelForCausalLM
 
@@ -203,16 +159,6 @@ def main() -> int:
                 step.load([5], 600)
                 ms = time_calls(step.replay)
                 k = kernels(step._run)  # the same kernels, launched without the graph
-            elif v == "triton" or v.startswith("triton:"):
-                triton_configure(v.partition(":")[2])
-                check = triton_check(runner, args.context)
-                print(f"{v}: {check}", flush=True)
-                record(f"{v}.check", check)
-                slot = runner.new_cache()
-                step = GraphStep(runner.weights, slot, 1, args.context, kernels="triton")
-                step.load([5], 600)
-                ms = time_calls(step.replay)
-                k = kernels(step._run)
             elif v == "gptfast":
                 call = gptfast_step(hf, args.context, dev)
                 ms = time_calls(call)

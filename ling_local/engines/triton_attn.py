@@ -114,7 +114,7 @@ def _attn_partial_kernel(
     n_ctx = pos + T
     chunk = tl.cdiv(tl.cdiv(n_ctx, SPLITS), BLOCK_L) * BLOCK_L
     start = split * chunk
-    end = tl.minimum(start + chunk, n_ctx)
+    end = tl.minimum(tl.minimum(start + chunk, n_ctx), MAX_LEN)  # never past the cache
     d = tl.arange(0, HEAD_DIM)
     base = kv_head * MAX_LEN * HEAD_DIM
     offs_l = start + tl.arange(0, BLOCK_L)

@@ -396,12 +396,13 @@ def _paired_gemv_kernel(
     if ROPE_KV:
         pos = tl.load(pos_ptr)
         p = pos + offs_t  # [BLOCK_T]
+        inside = m2 & (p < MAX_LEN)[:, None]  # a step replayed past the cache writes nothing
         if head < N_HEADS + N_KV:  # q or k: rotate (x * cos + rotate_half(x) * sin, rounded)
             c_off = p[:, None] * HEAD_DIM + dim_a[None, :]
-            cos_a = tl.load(cos_ptr + c_off, mask=m2, other=0.0).to(tl.float32)
-            sin_a = tl.load(sin_ptr + c_off, mask=m2, other=0.0).to(tl.float32)
-            cos_b = tl.load(cos_ptr + c_off + HALF, mask=m2, other=0.0).to(tl.float32)
-            sin_b = tl.load(sin_ptr + c_off + HALF, mask=m2, other=0.0).to(tl.float32)
+            cos_a = tl.load(cos_ptr + c_off, mask=inside, other=0.0).to(tl.float32)
+            sin_a = tl.load(sin_ptr + c_off, mask=inside, other=0.0).to(tl.float32)
+            cos_b = tl.load(cos_ptr + c_off + HALF, mask=inside, other=0.0).to(tl.float32)
+            sin_b = tl.load(sin_ptr + c_off + HALF, mask=inside, other=0.0).to(tl.float32)
             ra = _round(_round(a * cos_a, DT) + _round(-b * sin_a, DT), DT)
             rb = _round(_round(b * cos_b, DT) + _round(a * sin_b, DT), DT)
             a, b = ra, rb
@@ -413,11 +414,11 @@ def _paired_gemv_kernel(
             kv_head = (head - N_HEADS) % N_KV
             c_off = kv_head * MAX_LEN * HEAD_DIM + p[:, None] * HEAD_DIM + dim_a[None, :]
             if head < N_HEADS + N_KV:
-                tl.store(k_cache_ptr + c_off, a.to(DT), mask=m2)
-                tl.store(k_cache_ptr + c_off + HALF, b.to(DT), mask=m2)
+                tl.store(k_cache_ptr + c_off, a.to(DT), mask=inside)
+                tl.store(k_cache_ptr + c_off + HALF, b.to(DT), mask=inside)
             else:
-                tl.store(v_cache_ptr + c_off, a.to(DT), mask=m2)
-                tl.store(v_cache_ptr + c_off + HALF, b.to(DT), mask=m2)
+                tl.store(v_cache_ptr + c_off, a.to(DT), mask=inside)
+                tl.store(v_cache_ptr + c_off + HALF, b.to(DT), mask=inside)
     else:
         gate = _round(a / (1.0 + tl.exp(-a)), DT)
         y = _round(gate * b, DT).to(DT)
