@@ -35,14 +35,16 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 
-SHAPE = dict(
-    vocab_size=128256,
-    hidden_size=2048,
-    intermediate_size=8192,
-    num_hidden_layers=16,
-    num_attention_heads=32,
-    num_key_value_heads=8,
-    tie_word_embeddings=True,
+from ling_local.bench.engine import LLAMA_1B  # noqa: E402
+
+SHAPE = dict(  # bench engine's Llama-3.2-1B shape, in LlamaConfig's names
+    vocab_size=LLAMA_1B["vocab_size"],
+    hidden_size=LLAMA_1B["hidden_size"],
+    intermediate_size=LLAMA_1B["intermediate_size"],
+    num_hidden_layers=LLAMA_1B["num_layers"],
+    num_attention_heads=LLAMA_1B["num_heads"],
+    num_key_value_heads=LLAMA_1B["num_kv_heads"],
+    tie_word_embeddings=LLAMA_1B["tie_word_embeddings"],
 )
 CONTEXT = 512
 MAX_LEN = 1024
