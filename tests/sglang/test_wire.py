@@ -89,6 +89,8 @@ async def test_a_stream_cut_mid_way_raises(server) -> None:
                 got += chunk
         assert got.startswith(b"data: 0")
         response.close()
+        await asyncio.sleep(0.05)
+        assert not pool._all  # a closed connection leaves the pool (no growth per cancel)
     finally:
         await pool.close()
 

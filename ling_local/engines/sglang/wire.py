@@ -26,8 +26,10 @@ class WireError(ConnectionError):
 
 
 class _Connection(asyncio.Protocol):
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, live: set) -> None:
         self.loop = loop
+        self._live = live
+        """The pool's open connections: this one leaves it when it closes."""
         self.transport: asyncio.Transport | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.status: int | None = None
@@ -55,6 +57,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self._live.discard(self)
         if not self.complete:
             self._fail(WireError(f"SGLang closed the connection: {exc or 'EOF'}"))
         self._wake()
@@ -171,7 +174,8 @@ class WirePool:
         loop = asyncio.get_running_loop()
         try:
             _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: _Connection(loop), self.host, self.port), 5.0
+                loop.create_connection(lambda: _Connection(loop, self._all), self.host, self.port),
+                5.0,
             )
         except (OSError, TimeoutError) as err:
             raise WireError(f"cannot connect to SGLang at {self.host}:{self.port}: {err}") from err
@@ -195,7 +199,6 @@ class WirePool:
                     if conn.status is not None or conn.chunks:
                         raise  # the server answered: never send the request twice
                     # A kept-alive connection the server had just closed: a fresh one.
-            self._all.discard(conn)
         return await self._exchange(await self._connect(), request)
 
     async def _exchange(self, conn: _Connection, request: bytes) -> WireResponse:
