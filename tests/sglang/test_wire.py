@@ -5,6 +5,7 @@ connection or a stream, error statuses."""
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import pytest
 from aiohttp import web
@@ -40,9 +41,10 @@ async def server():
     app.router.add_post("/generate", generate)
     runner = web.AppRunner(app, keepalive_timeout=0.3)
     await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    await web.SockSite(runner, sock).start()
     yield port, peers, behaviour
     await runner.cleanup()
 
