@@ -43,11 +43,6 @@ def _randn(*shape: int, scale: float = 1.0) -> torch.Tensor:
     return (torch.randn(*shape, device=DEV) * scale).to(BF16)
 
 
-def _fold(w: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """W with the RMSNorm weight g folded in (what `fold_norms` does to the model)."""
-    return (w.float() * g.float()[None, :]).to(w.dtype)
-
-
 def _close(got: torch.Tensor, want: torch.Tensor, rel: float = 1e-2) -> None:
     """Within a couple of bf16 ulps of the output's scale (accumulation order differs)."""
     err = (got.float() - want.float()).abs().max().item()
@@ -71,7 +66,7 @@ def test_gemv_with_norm(tk, monkeypatch, t: int) -> None:
     monkeypatch.setitem(tk.CONFIGS, "o", tk.GemvConfig(block_n=32, block_k=64))
     x, w, g = _randn(t, 128), _randn(200, 128, scale=0.1), _randn(128)
     want = F.linear(rms_norm(x, g, 1e-5), w)
-    out = tk.gemv(x, _fold(w, g), "o", normed=True, eps=1e-5)
+    out = tk.gemv(x, tk.fold_weight(w, g), "o", normed=True, eps=1e-5)
     assert out.shape == (t, 200)
     _close(out, want)
 
@@ -81,7 +76,7 @@ def test_gate_up_silu(tk, t: int) -> None:
     torch.manual_seed(2)
     x, w13, g = _randn(t, 128), _randn(512, 128, scale=0.1), _randn(128)
     gate, up = F.linear(rms_norm(x, g, 1e-6), w13).chunk(2, dim=-1)
-    _close(tk.gate_up_silu(x, _fold(w13, g), 1e-6), F.silu(gate) * up)
+    _close(tk.gate_up_silu(x, tk.fold_weight(w13, g), 1e-6), F.silu(gate) * up)
 
 
 @pytest.mark.parametrize("t", [1, 3])
@@ -109,7 +104,7 @@ def test_qkv_rope_and_kv_write(tk, t: int, bias: bool) -> None:
     vc_want[:, pos : pos + t] = qkv[:, nq + nk :].view(t, nkv, hd).transpose(0, 1)
 
     p = torch.tensor([pos], device=DEV)
-    q = tk.qkv_rope_kv(x, _fold(wqkv, g), b, kc, vc, cos, sin, p, nh, nkv, hd, 1e-5)
+    q = tk.qkv_rope_kv(x, tk.fold_weight(wqkv, g), b, kc, vc, cos, sin, p, nh, nkv, hd, 1e-5)
     _close(q, qk[:, :nh].reshape(t, nq))
     _close(kc, kc_want)
     _close(vc, vc_want)

@@ -120,7 +120,6 @@ class GraphStep:
         self.chains = t == 1
         """Each replay feeds the next: tokens = argmax, pos += 1 (greedy decode chains on
         the device; a sampled token is copied over it by `advance`)."""
-        self.kernels = kernels
         extra: dict[str, Any] = {}
         if kernels == "triton":
             from ling_local.engines.triton_kernels import Scratch

@@ -64,7 +64,7 @@ class LlamaWeights:
     head_dim: int
     eps: float
     norms_folded: bool = False
-    """The RMSNorm weights are folded into the next matrices (`triton_kernels.fold_norms`)."""
+    """The RMSNorm weights are folded into the next matrices (`triton_setup.fold_norms`)."""
 
     @classmethod
     def from_hf(cls, model: Any, max_positions: int) -> LlamaWeights:

@@ -3,7 +3,7 @@
 are in `triton_kernels`, which documents the design. Imports triton: import it only when
 `engine.kernels = "triton"` asks for it.
 
-The RMSNorm weights are folded into the matrices that follow them (`triton_kernels.fold_norms`),
+The RMSNorm weights are folded into the matrices that follow them (`triton_setup.fold_norms`),
 so a normalising kernel streams raw x against its weights and scales each output by 1/rms
 in the epilogue: no per-element norm arithmetic in the loop, which otherwise made these
 kernels ALU-bound (measured: 1.8-3.6 TB/s).
@@ -91,11 +91,34 @@ def _load_x(x_ptr, offs_t, t_mask, offs_k, k_mask, K):
 
 
 @triton.jit
+def _w_tile(rows, offs_k, n_mask, k_end):
+    """A [rows, BLOCK_K] tile of weights, streamed past the cache (read once a step)."""
+    return tl.load(
+        rows + offs_k[None, :],
+        mask=n_mask[:, None] & (offs_k[None, :] < k_end),
+        other=0.0,
+        eviction_policy="evict_first",
+    )
+
+
+@triton.jit
+def _accumulate(acc, acc_dot, x, w, USE_DOT: tl.constexpr, DT: tl.constexpr, ON_GPU: tl.constexpr):
+    """x [T, BLOCK_K] times a weight tile w [BLOCK_N, BLOCK_K] into the running sums: T = 1
+    broadcast-and-add into [T, BLOCK_N, BLOCK_K] (reduced once at the end); a verify's
+    padded T on the tensor cores into [T, BLOCK_N]."""
+    if USE_DOT:
+        acc_dot += _mma(x, tl.trans(w), DT, ON_GPU)
+    else:
+        acc += x[:, None, :] * w.to(tl.float32)[None, :, :]
+    return acc, acc_dot
+
+
+@triton.jit
 def _argmax_epilogue(
     y,
     offs_t,
     t_mask,
-    offs_n,
+    n_start,
     key_ptr,
     count_ptr,
     argmax_ptr,
@@ -112,7 +135,7 @@ def _argmax_epilogue(
     step itself (tokens = argmax, pos += T): consecutive graph replays need no host op."""
     best = tl.max(y, axis=1)
     local = tl.argmax(y, axis=1)
-    index = tl.min(offs_n, axis=0) + local
+    index = n_start + local
     bits = best.to(tl.int32, bitcast=True)
     ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
     key = (ordered.to(tl.int64) << 32) + (0x7FFFFFFF - index).to(tl.int64)
@@ -180,54 +203,27 @@ def _gemv_kernel(
     k_start = pid_k * k_len
     k_end = tl.minimum(K, k_start + k_len)
     if PREFETCH:  # the first weight tile does not depend on the previous kernel
-        offs_k = k_start + tl.arange(0, BLOCK_K)
-        w = tl.load(
-            w_rows + offs_k[None, :],
-            mask=n_mask[:, None] & (offs_k[None, :] < k_end),
-            other=0.0,
-            eviction_policy="evict_first",
-        )
+        w = _w_tile(w_rows, k_start + tl.arange(0, BLOCK_K), n_mask, k_end)
     _pdl_wait(USE_PDL)
     rstd = tl.full((BLOCK_T,), 1.0, tl.float32)
     if NORM:
         rstd = _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T, RSTD_BLOCK)
-    # T = 1: reduce across K once at the end, so the loop is loads and FMAs only; T >= 16
-    # (a verify, padded): tensor-core dots. Either way the next tile's load is in flight
-    # while this one is multiplied.
     acc = tl.zeros((BLOCK_T, BLOCK_N, 1 if USE_DOT else BLOCK_K), tl.float32)
-    acc2 = tl.zeros((BLOCK_T, BLOCK_N), tl.float32)
-    if PREFETCH:
-        for k0 in range(k_start, k_start + k_len, BLOCK_K):
-            offs_k = k0 + tl.arange(0, BLOCK_K)
-            x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < k_end, K)
-            nxt = offs_k + BLOCK_K
-            w_next = tl.load(
-                w_rows + nxt[None, :],
-                mask=n_mask[:, None] & (nxt[None, :] < k_end),
-                other=0.0,
-                eviction_policy="evict_first",
-            )
-            if USE_DOT:
-                acc2 += _mma(x, tl.trans(w), DT, ON_GPU)
-            else:
-                acc += x[:, None, :] * w.to(tl.float32)[None, :, :]
+    acc_dot = tl.zeros((BLOCK_T, BLOCK_N), tl.float32)
+    for k0 in range(k_start, k_start + k_len, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < k_end, K)
+        # PREFETCH: the next tile is in flight while this one is multiplied; else a plain
+        # loop, left to Triton's pipelining (num_stages) and the occupancy.
+        if PREFETCH:
+            w_next = _w_tile(w_rows, offs_k + BLOCK_K, n_mask, k_end)
+        else:
+            w = _w_tile(w_rows, offs_k, n_mask, k_end)
+        acc, acc_dot = _accumulate(acc, acc_dot, x, w, USE_DOT, DT, ON_GPU)
+        if PREFETCH:
             w = w_next
-    else:  # plain loop: Triton's own pipelining (num_stages) and occupancy hide latency
-        for k0 in range(k_start, k_start + k_len, BLOCK_K):
-            offs_k = k0 + tl.arange(0, BLOCK_K)
-            x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < k_end, K)
-            w_cur = tl.load(
-                w_rows + offs_k[None, :],
-                mask=n_mask[:, None] & (offs_k[None, :] < k_end),
-                other=0.0,
-                eviction_policy="evict_first",
-            )
-            if USE_DOT:
-                acc2 += _mma(x, tl.trans(w_cur), DT, ON_GPU)
-            else:
-                acc += x[:, None, :] * w_cur.to(tl.float32)[None, :, :]
     if USE_DOT:  # noqa: SIM108 (a constexpr branch; Triton compiles only one side)
-        y = acc2
+        y = acc_dot
     else:
         y = tl.sum(acc, axis=2)
     offs = offs_t[:, None] * N + offs_n[None, :]
@@ -242,8 +238,8 @@ def _gemv_kernel(
         tl.store(out_ptr + offs, y.to(DT), mask=m)
         if ARGMAX:
             _argmax_epilogue(
-                y, offs_t, t_mask, offs_n, key_ptr, count_ptr, argmax_ptr, tokens_ptr, pos_ptr,
-                T, CHAIN, ON_GPU,
+                y, offs_t, t_mask, pid_n * BLOCK_N, key_ptr, count_ptr, argmax_ptr, tokens_ptr,
+                pos_ptr, T, CHAIN, ON_GPU,
             )  # fmt: skip
     else:
         tl.store(part_ptr + pid_k * T * N + offs, y, mask=m)
@@ -332,53 +328,28 @@ def _paired_gemv_kernel(
     a_rows = w_ptr + rows_a.to(tl.int64)[:, None] * K
     b_rows = w_ptr + rows_b.to(tl.int64)[:, None] * K
     if PREFETCH:  # the first weight tiles do not depend on the previous kernel
-        offs_k = tl.arange(0, BLOCK_K)
-        m = n_mask[:, None] & (offs_k[None, :] < K)
-        wa = tl.load(a_rows + offs_k[None, :], mask=m, other=0.0, eviction_policy="evict_first")
-        wb = tl.load(b_rows + offs_k[None, :], mask=m, other=0.0, eviction_policy="evict_first")
+        wa = _w_tile(a_rows, tl.arange(0, BLOCK_K), n_mask, K)
+        wb = _w_tile(b_rows, tl.arange(0, BLOCK_K), n_mask, K)
     _pdl_wait(USE_PDL)
     rstd = _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T, RSTD_BLOCK)
     acc_a = tl.zeros((BLOCK_T, BLOCK_N, 1 if USE_DOT else BLOCK_K), tl.float32)
     acc_b = tl.zeros((BLOCK_T, BLOCK_N, 1 if USE_DOT else BLOCK_K), tl.float32)
     dot_a = tl.zeros((BLOCK_T, BLOCK_N), tl.float32)
     dot_b = tl.zeros((BLOCK_T, BLOCK_N), tl.float32)
-    if PREFETCH:
-        for k0 in range(0, K, BLOCK_K):
-            offs_k = k0 + tl.arange(0, BLOCK_K)
-            x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < K, K)
-            nxt = offs_k + BLOCK_K
-            m = n_mask[:, None] & (nxt[None, :] < K)
-            wa_next = tl.load(
-                a_rows + nxt[None, :], mask=m, other=0.0, eviction_policy="evict_first"
-            )
-            wb_next = tl.load(
-                b_rows + nxt[None, :], mask=m, other=0.0, eviction_policy="evict_first"
-            )
-            if USE_DOT:
-                dot_a += _mma(x, tl.trans(wa), DT, ON_GPU)
-                dot_b += _mma(x, tl.trans(wb), DT, ON_GPU)
-            else:
-                acc_a += x[:, None, :] * wa.to(tl.float32)[None, :, :]
-                acc_b += x[:, None, :] * wb.to(tl.float32)[None, :, :]
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < K, K)
+        if PREFETCH:  # as in _gemv_kernel
+            wa_next = _w_tile(a_rows, offs_k + BLOCK_K, n_mask, K)
+            wb_next = _w_tile(b_rows, offs_k + BLOCK_K, n_mask, K)
+        else:
+            wa = _w_tile(a_rows, offs_k, n_mask, K)
+            wb = _w_tile(b_rows, offs_k, n_mask, K)
+        acc_a, dot_a = _accumulate(acc_a, dot_a, x, wa, USE_DOT, DT, ON_GPU)
+        acc_b, dot_b = _accumulate(acc_b, dot_b, x, wb, USE_DOT, DT, ON_GPU)
+        if PREFETCH:
             wa = wa_next
             wb = wb_next
-    else:  # plain loop: Triton's own pipelining (num_stages) and occupancy hide latency
-        for k0 in range(0, K, BLOCK_K):
-            offs_k = k0 + tl.arange(0, BLOCK_K)
-            x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < K, K)
-            m = n_mask[:, None] & (offs_k[None, :] < K)
-            wa_c = tl.load(
-                a_rows + offs_k[None, :], mask=m, other=0.0, eviction_policy="evict_first"
-            )
-            wb_c = tl.load(
-                b_rows + offs_k[None, :], mask=m, other=0.0, eviction_policy="evict_first"
-            )
-            if USE_DOT:
-                dot_a += _mma(x, tl.trans(wa_c), DT, ON_GPU)
-                dot_b += _mma(x, tl.trans(wb_c), DT, ON_GPU)
-            else:
-                acc_a += x[:, None, :] * wa_c.to(tl.float32)[None, :, :]
-                acc_b += x[:, None, :] * wb_c.to(tl.float32)[None, :, :]
     if USE_DOT:
         a = dot_a
         b = dot_b

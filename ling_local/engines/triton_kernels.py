@@ -67,7 +67,9 @@ from ling_local.engines.triton_setup import (
     VERIFY_CONFIGS,
     AttnConfig,
     GemvConfig,
+    apply_config,
     fold_norms,
+    fold_weight,
     load_configs,
     set_config,
     unsupported_reason,
@@ -81,7 +83,9 @@ __all__ = [  # the settings are re-exported from triton_setup for the sweep scri
     "AttnConfig",
     "GemvConfig",
     "Scratch",
+    "apply_config",
     "fold_norms",
+    "fold_weight",
     "load_configs",
     "set_config",
     "triton_step",
@@ -363,6 +367,6 @@ def triton_step(
         gemv(attn, layer.wo, "o", residual=x, scratch=scratch)
         act = gate_up_silu(x, layer.w13, eps)
         gemv(act, layer.w2, "down", residual=x, scratch=scratch)
-    if chain:
-        return lm_head_argmax(x, w.lm_head, eps, scratch, tokens, pos)
-    return lm_head_argmax(x, w.lm_head, eps, scratch)
+    return lm_head_argmax(
+        x, w.lm_head, eps, scratch, tokens if chain else None, pos if chain else None
+    )

@@ -19,7 +19,9 @@ __all__ = [
     "VERIFY_CONFIGS",
     "AttnConfig",
     "GemvConfig",
+    "apply_config",
     "fold_norms",
+    "fold_weight",
     "load_configs",
     "set_config",
     "unsupported_reason",
@@ -78,22 +80,24 @@ VERIFY_CONFIGS: dict[str, GemvConfig] = {
 """T > 1 (a verify): tensor-core tiles of 16 (padded) tokens x block_n rows x block_k."""
 
 
+def fold_weight(matrix: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """The matrix [N, K] that rmsnorm-without-weight(x) must meet to give what the matrix
+    gives after rmsnorm(x) with weight g: W[:, k] * g[k], in W's dtype."""
+    return (matrix.float() * g.float()[None, :]).to(matrix.dtype)
+
+
 def fold_norms(w) -> None:
-    """Fold each RMSNorm weight into the matrix it feeds (W[:, k] *= g[k], in the model
-    dtype) and make the norm weights ones: the same function, and the form the Triton
-    kernels take. The output head gets a folded copy (the embedding stays as it is)."""
+    """Fold each RMSNorm weight into the matrix it feeds (`fold_weight`) and make the norm
+    weights ones: the same function, and the form the Triton kernels take. The output head
+    gets a folded copy (the embedding stays as it is)."""
     if w.norms_folded:
         return
-
-    def fold(matrix: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-        return (matrix.float() * g.float()[None, :]).to(matrix.dtype)
-
     for layer in w.layers:
-        layer.wqkv = fold(layer.wqkv, layer.ln_in)
+        layer.wqkv = fold_weight(layer.wqkv, layer.ln_in)
         layer.ln_in = torch.ones_like(layer.ln_in)
-        layer.w13 = fold(layer.w13, layer.ln_post)
+        layer.w13 = fold_weight(layer.w13, layer.ln_post)
         layer.ln_post = torch.ones_like(layer.ln_post)
-    w.lm_head = fold(w.lm_head, w.norm)
+    w.lm_head = fold_weight(w.lm_head, w.norm)
     w.norm = torch.ones_like(w.norm)
     w.norms_folded = True
 
@@ -110,18 +114,24 @@ SETTINGS = Settings()
 def load_configs(path: str | os.PathLike) -> None:
     """Take block sizes (and `pdl`) from a JSON file of the sweep script's form
     ({"qkv": {"block_n": 8, ...}, "attn": {...}, "pdl": true}); unknown names refused."""
-    data = json.loads(Path(path).read_text())
-    for name, fields in data.items():
+    for name, fields in json.loads(Path(path).read_text()).items():
         if name == "pdl":
             SETTINGS.pdl = bool(fields)
-        elif name in ATTN:
-            ATTN[name] = AttnConfig(**fields)
-        elif name in CONFIGS:
-            CONFIGS[name] = GemvConfig(**fields)
-        elif name.startswith("verify:") and name[7:] in VERIFY_CONFIGS:
-            VERIFY_CONFIGS[name[7:]] = GemvConfig(**fields)
         else:
-            raise ValueError(f"{path}: unknown kernel {name!r}")
+            apply_config(name, fields)
+
+
+def apply_config(name: str, fields: dict) -> None:
+    """Kernel `name`'s block sizes from scratch ("attn", a `CONFIGS` name, or
+    "verify:<name>" for the T > 1 tiles); unknown names refused."""
+    if name in ATTN:
+        ATTN[name] = AttnConfig(**fields)
+    elif name in CONFIGS:
+        CONFIGS[name] = GemvConfig(**fields)
+    elif name.startswith("verify:") and name[7:] in VERIFY_CONFIGS:
+        VERIFY_CONFIGS[name[7:]] = GemvConfig(**fields)
+    else:
+        raise ValueError(f"unknown kernel {name!r}")
 
 
 if os.environ.get("LING_LOCAL_TRITON_CONFIGS"):
