@@ -95,10 +95,13 @@ async def _until_disconnect(work: asyncio.Future, receive: Receive) -> bool:
     return False
 
 
+_EAGER = sys.version_info >= (3, 12)
+
+
 def _start(coro: Coroutine) -> asyncio.Future:
     """A task that runs to its first await right away where Python has eager tasks
     (3.12+): the request is on its way to the engine before the event loop turns again."""
-    if sys.version_info >= (3, 12):
+    if _EAGER:
         loop = asyncio.get_running_loop()
         return asyncio.Task(coro, loop=loop, eager_start=True)  # type: ignore[call-arg]
     return asyncio.ensure_future(coro)

@@ -139,10 +139,7 @@ class SGLangEngine:
                 self.detail = "warming up"
                 await self._warmup()
         except BaseException:
-            self._http = None
-            if self._wire is not None:
-                await self._wire.close()
-                self._wire = None
+            await self._drop_connections()
             await asyncio.shield(child.stop(grace_s=5.0))
             await http.close()
             raise
@@ -211,13 +208,8 @@ class SGLangEngine:
             message = self._exit_message(child, rc, "while serving")
             log.error("%s", message)
             child.kill_remnants()
-            self._http, http = None, self._http
-            self._wire, wire = None, self._wire
             self.state = EngineState.STARTING
-            if wire is not None:
-                await wire.close()  # ends the streams in flight (they report the crash)
-            if http is not None:
-                await http.close()
+            await self._drop_connections()  # ends the streams in flight (they report it)
             now = time.monotonic()
             self._crashes.append(now)
             while self._crashes and now - self._crashes[0] > s.restart_window_s:
@@ -253,14 +245,17 @@ class SGLangEngine:
             await asyncio.wait(list(self._background), timeout=2.0)
         if self._child is not None:
             await self._child.stop()
-        if self._wire is not None:
-            await self._wire.close()
-            self._wire = None
-        if self._http is not None:
-            await self._http.close()
-            self._http = None
+        await self._drop_connections()
         with contextlib.suppress(OSError):
             child_info_file().unlink()
+
+    async def _drop_connections(self) -> None:
+        """Close both ways to the child (no more requests go to it)."""
+        wire, http, self._wire, self._http = self._wire, self._http, None, None
+        if wire is not None:
+            await wire.close()
+        if http is not None:
+            await http.close()
 
     def health(self) -> EngineHealth:
         return EngineHealth(
@@ -369,13 +364,7 @@ class SGLangEngine:
             # The caller had its last delta and went; the body's tail ("data: [DONE]") is
             # read here, off the token path, so the keep-alive connection goes back to the
             # pool (a fresh connection per request cost ~0.3 ms of TTFT).
-            try:
-                async with asyncio.timeout(_DRAIN_TIMEOUT_S):
-                    await response.read()
-            except (WireError, TimeoutError):
-                response.close()
-            else:
-                response.release()
+            await response.drain(_DRAIN_TIMEOUT_S)
         else:
             await self._send_abort(flight)
             response.close()

@@ -150,6 +150,17 @@ class WireResponse:
         else:
             conn.close()
 
+    async def drain(self, timeout: float) -> None:
+        """Read the rest of the body (a finished stream's tail) and give the connection
+        back; close it instead if the rest does not come within `timeout` seconds."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self.read()
+        except (WireError, TimeoutError):
+            self.close()
+        else:
+            self.release()
+
     def close(self) -> None:
         """Drop the connection (a stream abandoned mid-way)."""
         if not self._released:
