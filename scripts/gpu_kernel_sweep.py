@@ -2,7 +2,7 @@
 
 For the random Llama-3.2-1B-shaped model of `bench engine` (bf16, 512-token context):
 
-1. the device's copy and read bandwidth (the floor's denominator);
+1. the device's copy bandwidth (the floor's denominator);
 2. every kernel of the decode step (qkv, attn, o, gate_up, down, lm_head) under a grid of
    block sizes: each variant launched once per layer's weights (16 launches, as in a real
    step, so L2 never holds the weights), captured in a CUDA graph, replays timed with
@@ -19,7 +19,6 @@ for LING_LOCAL_TRITON_CONFIGS); prints a table last.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import multiprocessing as mp
 import os
@@ -34,217 +33,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
-
-from ling_local.bench.engine import LLAMA_1B  # noqa: E402
-
-SHAPE = dict(  # bench engine's Llama-3.2-1B shape, in LlamaConfig's names
-    vocab_size=LLAMA_1B["vocab_size"],
-    hidden_size=LLAMA_1B["hidden_size"],
-    intermediate_size=LLAMA_1B["intermediate_size"],
-    num_hidden_layers=LLAMA_1B["num_layers"],
-    num_attention_heads=LLAMA_1B["num_heads"],
-    num_key_value_heads=LLAMA_1B["num_kv_heads"],
-    tie_word_embeddings=LLAMA_1B["tie_word_embeddings"],
-)
-CONTEXT = 512
-MAX_LEN = 1024
-DEVICE = "cuda"
-SMOKE = dict(
-    vocab_size=512,
-    hidden_size=128,
-    intermediate_size=256,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    tie_word_embeddings=True,
-    head_dim=32,
-)
-
-
-# --------------------------------------------------------------------------- the grid
-def _fits(per_thread: float) -> bool:
-    return 4 <= per_thread <= 64
-
-
-def grid(quick: bool, half_head: int = 32) -> dict[str, list[dict]]:
-    """Variants per kernel; accumulator elements per thread kept in [4, 64] (no spills).
-    "verify:<name>" are the T = 9 (tensor-core) tiles of the same kernel."""
-    out: dict[str, list[dict]] = {}
-    paired = []
-    for bn, bk, w in itertools.product((4, 8, 16, 32), (128, 256, 512, 1024, 2048), (2, 4, 8)):
-        if _fits(2 * bn * bk / (32 * w)):
-            paired.append(dict(block_n=bn, block_k=bk, num_warps=w))
-    out["qkv"] = [c for c in paired if half_head % c["block_n"] == 0]
-    out["gate_up"] = [c for c in paired if c["block_k"] <= 1024]
-    o, down = [], []
-    for bn, bk, w in itertools.product((1, 2, 4, 8, 16), (256, 512, 1024, 2048), (2, 4, 8)):
-        if not _fits(bn * bk / (32 * w)):
-            continue
-        o += [dict(block_n=bn, block_k=bk, num_warps=w, split_k=s) for s in (1, 2)]
-        if bk > 256 and bn < 16:
-            down += [dict(block_n=bn, block_k=bk, num_warps=w, split_k=s) for s in (1, 2)]
-    out["o"], out["down"] = o, down
-    head = []
-    for bn, bk, w in itertools.product((4, 8, 16, 32, 64), (128, 256, 512, 1024, 2048), (4, 8)):
-        if _fits(bn * bk / (32 * w)):
-            head.append(dict(block_n=bn, block_k=bk, num_warps=w))
-    out["lm_head"] = head
-    attn = []
-    for s, bl, w, fused in itertools.product((8, 16, 32), (16, 32, 64), (2, 4), (True, False)):
-        if 4 * bl * 64 / (32 * w) <= 128:
-            attn.append(dict(splits=s, block_l=bl, num_warps=w, fused_reduce=fused))
-    out["attn"] = attn
-    for name in ("qkv", "gate_up", "o", "down", "lm_head"):
-        variants = []
-        for bn, bk, w in itertools.product((16, 32, 64), (64, 128, 256), (4, 8)):
-            if bn * bk <= 8192 and (name != "qkv" or half_head % bn == 0):
-                variants.append(dict(block_n=bn, block_k=bk, num_warps=w))
-        out[f"verify:{name}"] = variants
-    if quick:
-        out = {k: v[:: max(1, len(v) // 4)] for k, v in out.items()}
-    return out
-
-
-def focused(previous: Path) -> dict[str, list[dict]]:
-    """The previous sweep's best six per kernel (double-buffered), and the plain-loop form
-    of the best three (prefetch off) at 1 and 3 pipeline stages, and for the verify tiles
-    the plain loop at 2 to 4 (the tensor-core path, where Triton pipelines through shared
-    memory)."""
-    data = json.loads(previous.read_text())["sweep"]
-    out: dict[str, list[dict]] = {}
-    for name, result in data.items():
-        top = [r["cfg"] for r in result["top"][:6]]
-        variants = [dict(c) for c in top]
-        stages = (2, 3, 4) if name.startswith("verify:") else (1, 3)
-        if name != "attn":
-            for c in top[:3]:
-                variants += [dict(c, prefetch=False, num_stages=n) for n in stages]
-        out[name] = variants
-    return out
-
-
-# --------------------------------------------------------------------------- fixtures
-class Fixture:
-    """The model's weights and the activations each kernel reads, on the GPU."""
-
-    def __init__(self, layers: int | None = None) -> None:
-        from transformers import LlamaConfig, LlamaForCausalLM
-
-        from ling_local.engines.llama_runner import LlamaRunner
-
-        shape = dict(SMOKE if DEVICE == "cpu" else SHAPE)
-        if layers is not None:
-            shape["num_hidden_layers"] = layers
-        config = LlamaConfig(max_position_embeddings=4096, rope_theta=500000.0, **shape)
-        torch.manual_seed(0)
-        with torch.device(DEVICE):
-            model = LlamaForCausalLM(config).to(torch.bfloat16).eval()
-        self.model = model
-        self.runner = LlamaRunner(model, torch.device(DEVICE), MAX_LEN, cuda_graphs=False)
-        self.w = self.runner.weights
-        from ling_local.engines.triton_kernels import fold_norms
-
-        fold_norms(self.w)  # the Triton kernels' form (and the torch steps run it too)
-        self.slot = self.runner.new_cache()
-        gen = torch.Generator().manual_seed(1)
-        self.prompt = torch.randint(3, shape["vocab_size"], (CONTEXT,), generator=gen).tolist()
-        with torch.inference_mode():
-            self.runner.forward(self.slot, self.prompt)
-        dev, bf = DEVICE, torch.bfloat16
-        h, i = shape["hidden_size"], shape["intermediate_size"]
-        self.x = torch.randn(9, h, device=dev, dtype=bf)
-        self.q = torch.randn(9, h, device=dev, dtype=bf)
-        self.act = torch.randn(9, i, device=dev, dtype=bf) * 0.1
-        self.pos = torch.tensor([CONTEXT], device=dev)
-
-    def op(self, name: str):
-        """A function launching kernel `name` once per layer (the lm_head: 4 times);
-        "verify:<name>" at T = 9."""
-        from ling_local.engines import triton_kernels as tk
-
-        w, s = self.w, tk.Scratch(torch.device(DEVICE), self.w.lm_head.shape[0])
-        nh, nkv, hd, eps = w.n_heads, w.n_kv_heads, w.head_dim, w.eps
-        ks, vs = self.slot.k, self.slot.v
-        t = 9 if name.startswith("verify:") else 1
-        name = name.split(":")[-1]
-        x, q, act = self.x[:t], self.q[:t], self.act[:t]
-
-        def run() -> None:
-            for i, layer in enumerate(w.layers):
-                if name == "qkv":
-                    tk.qkv_rope_kv(
-                        x, layer.wqkv, None, ks[i], vs[i], w.cos, w.sin, self.pos, nh, nkv,
-                        hd, eps,
-                    )  # fmt: skip
-                elif name == "attn":
-                    tk.decode_attention(q, ks[i], vs[i], self.pos, nh, nkv, hd, s)
-                elif name == "o":
-                    tk.gemv(q, layer.wo, "o", residual=x, scratch=s)
-                elif name == "gate_up":
-                    tk.gate_up_silu(x, layer.w13, eps)
-                elif name == "down":
-                    tk.gemv(act, layer.w2, "down", residual=x, scratch=s)
-                elif name == "lm_head" and i < 4:
-                    tk.lm_head_argmax(x, w.lm_head, eps, s)
-
-        return run
-
-    def op_bytes(self, name: str) -> int:
-        name = name.split(":")[-1]
-        w = self.w
-        n = len(w.layers)
-        layer = w.layers[0]
-        per = {
-            "qkv": layer.wqkv.numel() * 2 * n,
-            "o": layer.wo.numel() * 2 * n,
-            "gate_up": layer.w13.numel() * 2 * n,
-            "down": layer.w2.numel() * 2 * n,
-            "lm_head": w.lm_head.numel() * 2 * 4,
-            "attn": 2 * self.slot.k[0][:, : CONTEXT + 1].numel() * 2 * n,
-        }
-        return per[name]
-
-
-def apply(name: str, cfg: dict) -> None:
-    from ling_local.engines import triton_kernels as tk
-
-    if name == "attn":
-        tk.ATTN["attn"] = tk.AttnConfig(**cfg)
-    elif name.startswith("verify:"):
-        tk.VERIFY_CONFIGS[name[7:]] = tk.GemvConfig(**cfg)
-    else:
-        tk.CONFIGS[name] = tk.GemvConfig(**cfg)
-
-
-def graph_ms(fn, reps: int = 25) -> float:
-    """Median replay time of `fn` captured in a CUDA graph."""
-    if DEVICE == "cpu":  # the smoke run: the logic, not the time
-        with torch.inference_mode():
-            t0 = time.perf_counter()
-            fn()
-        return (time.perf_counter() - t0) * 1e3
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream), torch.inference_mode():
-        fn()
-        fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph), torch.inference_mode():
-        fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b))
-    del graph
-    return statistics.median(times)
+from kernel_fixture import MAX_LEN, Fixture, bandwidth, graph_ms, on_cpu  # noqa: E402
+from kernel_grid import focused, grid  # noqa: E402  (both beside this script)
 
 
 # --------------------------------------------------------------------------- workers
@@ -258,7 +48,7 @@ def _compile_worker(jobs: list[tuple[str, dict]], pdl: bool) -> list[str]:
     failed = []
     for name, cfg in jobs:
         try:
-            apply(name, cfg)
+            tk.apply_config(name, cfg)
             with torch.inference_mode():
                 fx.op(name)()
             torch.cuda.synchronize()
@@ -276,20 +66,6 @@ def precompile(jobs: list[tuple[str, dict]], workers: int, pdl: bool) -> list[st
 
 
 # --------------------------------------------------------------------------- measures
-def bandwidth() -> dict:
-    if DEVICE == "cpu":
-        return {"copy_tb_s": 0.01, "read_tb_s": 0.01}
-    n = 2 * 2**30 // 2
-    src = torch.empty(n, dtype=torch.bfloat16, device="cuda").uniform_()
-    dst = torch.empty_like(src)
-    copy = graph_ms(lambda: dst.copy_(src), reps=10)
-    read = graph_ms(lambda: torch.sum(src, dtype=torch.float32), reps=10)
-    return {
-        "copy_tb_s": round(2 * n * 2 / (copy * 1e-3) / 1e12, 3),
-        "read_tb_s": round(n * 2 / (read * 1e-3) / 1e12, 3),
-    }
-
-
 def pdl_probe() -> bool | str:
     """Whether a PDL-launched Triton GEMV captures into a CUDA graph and replays right;
     if not, every later launch goes without PDL."""
@@ -318,6 +94,8 @@ def pdl_probe() -> bool | str:
 
 
 def sweep(fx: Fixture, variants: dict[str, list[dict]], failed: set[str]) -> dict:
+    from ling_local.engines import triton_kernels as tk
+
     results: dict = {}
     for name, cfgs in variants.items():
         rows = []
@@ -328,7 +106,7 @@ def sweep(fx: Fixture, variants: dict[str, list[dict]], failed: set[str]) -> dic
             if any(f.startswith(key) for f in failed):
                 continue
             try:
-                apply(name, cfg)
+                tk.apply_config(name, cfg)
                 ms = graph_ms(fx.op(name))
                 rows.append(
                     dict(
@@ -343,7 +121,7 @@ def sweep(fx: Fixture, variants: dict[str, list[dict]], failed: set[str]) -> dic
         results[name] = {"best": ok[0] if ok else None, "top": ok[:8], "n": len(rows),
                          "errors": [r for r in rows if "error" in r][:5]}  # fmt: skip
         if ok:
-            apply(name, ok[0]["cfg"])
+            tk.apply_config(name, ok[0]["cfg"])
         print(f"  {name:15} best {ok[0]['us'] if ok else '-'} us {ok[0]['cfg'] if ok else ''}",
               flush=True)  # fmt: skip
     return results
@@ -357,13 +135,13 @@ def step_times(fx: Fixture) -> dict:
     start = len(fx.prompt)
 
     def timed(t: int, kernels: str, reps: int = 60) -> float:
-        if DEVICE == "cpu":
+        if on_cpu():
             reps = 5
         step = GraphStep(w, fx.slot, t, MAX_LEN, kernels=kernels)
         step.load(fx.prompt[-t:], start)
         for _ in range(3):
             step.replay()
-        if DEVICE == "cpu":
+        if on_cpu():
             return 0.0
         torch.cuda.synchronize()
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -408,7 +186,7 @@ def step_times(fx: Fixture) -> dict:
 
 
 def agreement(fx: Fixture, steps: int = 48) -> dict:
-    if DEVICE == "cpu":
+    if on_cpu():
         steps = 3
     """Teacher-forced: both steps fed the torch step's tokens from the same cache state."""
     from ling_local.engines.cuda_graphs import GraphStep
@@ -459,14 +237,12 @@ def main() -> int:
         "--cpu-smoke", action="store_true", help="tiny shape, Triton's CPU interpreter (tests)"
     )
     args = cli.parse_args()
-    global DEVICE
     if args.cpu_smoke:
-        DEVICE = "cpu"
         args.quick, args.workers = True, 0
         os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
     args.out.mkdir(parents=True, exist_ok=True)
     result: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-                    "device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu"}  # fmt: skip
+                    "device": torch.cuda.get_device_name() if not on_cpu() else "cpu"}  # fmt: skip
 
     def save() -> None:
         (args.out / "kernel_sweep.json").write_text(json.dumps(result, indent=1, default=str))
@@ -476,10 +252,10 @@ def main() -> int:
     result["versions"] = {"torch": torch.__version__, "triton": triton.__version__}
     result["bandwidth"] = bandwidth()
     print(f"bandwidth {result['bandwidth']}", flush=True)
-    if DEVICE == "cuda":
+    if not on_cpu():
         result["pdl_in_graphs"] = pdl_probe()
         print(f"PDL inside CUDA graphs: {result['pdl_in_graphs']}", flush=True)
-    variants = grid(args.quick, half_head=(SMOKE["head_dim"] if DEVICE == "cpu" else 64) // 2)
+    variants = grid(args.quick, half_head=(32 if on_cpu() else 64) // 2)
     if args.focused:
         variants = focused(args.focused)
     if args.only:

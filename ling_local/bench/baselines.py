@@ -12,7 +12,14 @@ from typing import Any
 
 import torch
 
-__all__ = ["Row", "build_bench_model", "copy_bandwidth", "hf_generate", "word_tokenizer"]
+__all__ = [
+    "Row",
+    "bench_config",
+    "build_bench_model",
+    "copy_bandwidth",
+    "hf_generate",
+    "word_tokenizer",
+]
 
 
 @dataclass
@@ -62,12 +69,12 @@ def word_tokenizer(vocab: int):
     )
 
 
-def build_bench_model(path: Path, device: torch.device, shape: dict) -> Path:
-    from transformers import LlamaConfig, LlamaForCausalLM
+def bench_config(shape: dict, **overrides: Any):
+    """The LlamaConfig of a benchmark shape (`engine.LLAMA_1B`'s keys); `overrides` are
+    LlamaConfig fields (e.g. fewer layers, a head_dim)."""
+    from transformers import LlamaConfig
 
-    if (path / "config.json").is_file():
-        return path
-    config = LlamaConfig(
+    fields: dict[str, Any] = dict(
         vocab_size=shape["vocab_size"],
         hidden_size=shape["hidden_size"],
         intermediate_size=shape["intermediate_size"],
@@ -81,6 +88,15 @@ def build_bench_model(path: Path, device: torch.device, shape: dict) -> Path:
         eos_token_id=2,
         pad_token_id=0,
     )
+    return LlamaConfig(**{**fields, **overrides})
+
+
+def build_bench_model(path: Path, device: torch.device, shape: dict) -> Path:
+    from transformers import LlamaForCausalLM
+
+    if (path / "config.json").is_file():
+        return path
+    config = bench_config(shape)
     torch.manual_seed(0)
     with torch.device(device):
         model = LlamaForCausalLM(config).to(torch.bfloat16)

@@ -205,18 +205,9 @@ def copying_model(path: Path, device: str) -> Path:
 
     if not (path / "config.json").is_file():
         tiny = Path(__file__).resolve().parents[1] / "models" / "tiny"
-        build_copying_llama(path, tiny, device=device, **_COPY_SHAPE)
+        shape = {k: v for k, v in LLAMA_1B.items() if k != "tie_word_embeddings"}  # tied
+        build_copying_llama(path, tiny, device=device, **shape)
     return path
-
-
-_COPY_SHAPE = dict(
-    vocab_size=LLAMA_1B["vocab_size"],
-    hidden_size=LLAMA_1B["hidden_size"],
-    intermediate_size=LLAMA_1B["intermediate_size"],
-    num_layers=LLAMA_1B["num_layers"],
-    num_heads=LLAMA_1B["num_heads"],
-    num_kv_heads=LLAMA_1B["num_kv_heads"],
-)
 
 
 def edit_prompt(model_dir: Path, max_tokens: int) -> list[int]:
