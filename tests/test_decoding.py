@@ -111,12 +111,17 @@ async def test_burst_decoding_gives_the_plain_tokens(model_dir: Path) -> None:
     assert plain.startswith(short)
 
 
-async def test_prompt_lookup_is_exact_and_accepts_copies(model_dir: Path) -> None:
-    plain_e = await _engine(_profile(model_dir))
+async def _plain_text(model_dir: Path, prompt: str, n: int) -> str:
+    """What plain greedy decoding gives (a fresh engine, no speculation)."""
+    e = await _engine(_profile(model_dir))
     try:
-        plain, _ = await _run(plain_e, EDIT, 48)
+        return (await _run(e, prompt, n))[0]
     finally:
-        await plain_e.stop()
+        await e.stop()
+
+
+async def test_prompt_lookup_is_exact_and_accepts_copies(model_dir: Path) -> None:
+    plain = await _plain_text(model_dir, EDIT, 48)
     e = await _engine(_profile(model_dir, speculative="prompt_lookup"))
     try:
         spec, stats = await _run(e, EDIT, 48)
@@ -131,11 +136,7 @@ async def test_prompt_lookup_in_graph_bursts(model_dir: Path) -> None:
     """The GPU path's logic (graph steps, run eagerly on the CPU): a burst of plain steps
     hands over to a verify as soon as the output so far has a match to copy, so prompt
     lookup keeps proposing after a stretch with nothing to copy."""
-    plain_e = await _engine(_profile(model_dir))
-    try:
-        plain, _ = await _run(plain_e, EDIT, 64)
-    finally:
-        await plain_e.stop()
+    plain = await _plain_text(model_dir, EDIT, 64)
     e = await _engine(_profile(model_dir, speculative="prompt_lookup"))
     try:
         e.runner.use_graphs = True
