@@ -9,8 +9,9 @@
 #   3. `bench engine --model copy-1b --workload edit`: the same shape with the shipped tiny
 #      model's weights inside (it copies its prompt): plain and prompt lookup, vs HF eager;
 #   4. the Triton kernels' tests on the real GPU (and with GPU_TESTS=1 the engine's).
-# Everything goes to $OUT/run.log; the JSON results beside it.
-#   bash scripts/gpu_engine.sh
+# STEPS picks and orders them (default "sweep bench copy tests"); SWEEP_ARGS goes to the
+# sweep (e.g. --tune-step). Everything goes to $OUT/run.log; the JSON results beside it.
+#   STEPS="tests sweep bench" SWEEP_ARGS=--tune-step bash scripts/gpu_engine.sh
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/ours .gpu/daemon-wheels/*.whl || exit 1
 export PYTHONPATH=/tmp/ours:$PWD PYTHONUNBUFFERED=1 LING_LOCAL_HOME=/tmp/ling-home
@@ -21,21 +22,30 @@ step() { echo "=== $(date -u +%T) $*" | tee -a "$LOG"; }
 step gpu
 nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm,clocks.mem --format=csv 2>&1 | tee -a "$LOG"
 python3 -c "import torch, transformers, triton; print('torch', torch.__version__, 'transformers', transformers.__version__, 'triton', triton.__version__)" 2>&1 | tee -a "$LOG"
-step sweep
-timeout ${SWEEP_S:-240} python3 scripts/gpu_kernel_sweep.py --out "$OUT" ${SWEEP_ARGS:-} 2>&1 | grep -v "it/s" | tee -a "$LOG"
-if [ -s "$OUT/best.json" ]; then export LING_LOCAL_TRITON_CONFIGS=$OUT/best.json; fi
-step bench engine random-1b
-timeout ${BENCH_S:-200} python3 -m ling_local bench engine --device cuda --out "$OUT/eb" --repeats 3 \
-  --baselines hf-static,gptfast --variants ${VARIANTS:-triton} 2>&1 | grep -v "it/s" | tail -20 | tee -a "$LOG"
-step bench engine copy-1b edit
-timeout ${COPY_S:-150} python3 -m ling_local bench engine --device cuda --model copy-1b --workload edit \
-  --new-tokens 256 --out "$OUT/ebc" --repeats 2 --baselines "" --variants triton,prompt-lookup-triton \
-  2>&1 | grep -v "it/s" | tail -20 | tee -a "$LOG"
-step triton tests on the GPU
-timeout ${TESTS_S:-100} python3 -m pytest -q -p no:cacheprovider -W ignore -x tests/test_triton_kernels.py 2>&1 | tail -15 | tee -a "$LOG"
-if [ -n "${GPU_TESTS:-}" ]; then
-  step engine GPU tests
-  timeout 150 python3 -m pytest -q -p no:cacheprovider -W ignore -m gpu tests/test_gpu_engine.py 2>&1 | tail -15 | tee -a "$LOG"
-fi
+sweep() {
+  step sweep
+  timeout ${SWEEP_S:-240} python3 scripts/gpu_kernel_sweep.py --out "$OUT" ${SWEEP_ARGS:-} 2>&1 | grep -v "it/s" | tee -a "$LOG"
+  if [ -s "$OUT/best.json" ]; then export LING_LOCAL_TRITON_CONFIGS=$OUT/best.json; fi
+}
+bench() {
+  step bench engine random-1b
+  timeout ${BENCH_S:-200} python3 -m ling_local bench engine --device cuda --out "$OUT/eb" --repeats 3 \
+    --baselines hf-static,gptfast --variants ${VARIANTS:-triton} 2>&1 | grep -v "it/s" | tail -20 | tee -a "$LOG"
+}
+copy() {
+  step bench engine copy-1b edit
+  timeout ${COPY_S:-150} python3 -m ling_local bench engine --device cuda --model copy-1b --workload edit \
+    --new-tokens 256 --out "$OUT/ebc" --repeats 2 --baselines "" --variants triton,prompt-lookup-triton \
+    2>&1 | grep -v "it/s" | tail -20 | tee -a "$LOG"
+}
+tests() {
+  step triton tests on the GPU
+  timeout ${TESTS_S:-100} python3 -m pytest -q -p no:cacheprovider -W ignore -x tests/test_triton_kernels.py 2>&1 | tail -15 | tee -a "$LOG"
+  if [ -n "${GPU_TESTS:-}" ]; then
+    step engine GPU tests
+    timeout 150 python3 -m pytest -q -p no:cacheprovider -W ignore -m gpu tests/test_gpu_engine.py 2>&1 | tail -15 | tee -a "$LOG"
+  fi
+}
+for s in ${STEPS:-sweep bench copy tests}; do "$s"; done
 rm -f "$OUT/eb/engine_bench.md" "$OUT/ebc/engine_bench.md"
 step done

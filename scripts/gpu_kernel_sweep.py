@@ -12,8 +12,10 @@ For the random Llama-3.2-1B-shaped model of `bench engine` (bf16, 512-token cont
 4. the Triton step against the PyTorch step, teacher-forced: logits error and argmax.
 
 Writes $OUT/kernel_sweep.json (every number) and $OUT/best.json (the winning block sizes,
-for LING_LOCAL_TRITON_CONFIGS); prints a table last.
-    python3 scripts/gpu_kernel_sweep.py --out $OUT [--quick]
+for LING_LOCAL_TRITON_CONFIGS); prints a table last. With --tune-step, a coordinate descent
+on the whole step's time (`STEP_SPACE`: L2 prefetch fractions, the PDL launch point, sizes
+that change which kernels' CTAs share an SM) writes every config to best.json instead.
+    python3 scripts/gpu_kernel_sweep.py --out $OUT [--quick] [--tune-step]
 """
 
 from __future__ import annotations
@@ -127,38 +129,116 @@ def sweep(fx: Fixture, variants: dict[str, list[dict]], failed: set[str]) -> dic
     return results
 
 
-def step_times(fx: Fixture) -> dict:
-    from ling_local.engines import triton_kernels as tk
+def step_ms(fx: Fixture, t: int, kernels: str, reps: int = 60) -> float:
+    """Median time of one replay of the captured T-token step (5 batches of reps / 5)."""
     from ling_local.engines.cuda_graphs import GraphStep
 
-    w, out = fx.w, {}
+    if on_cpu():
+        reps = 5
     start = len(fx.prompt)
-
-    def timed(t: int, kernels: str, reps: int = 60) -> float:
-        if on_cpu():
-            reps = 5
-        step = GraphStep(w, fx.slot, t, MAX_LEN, kernels=kernels)
-        step.load(fx.prompt[-t:], start)
-        for _ in range(3):
-            step.replay()
-        if on_cpu():
-            return 0.0
-        torch.cuda.synchronize()
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        times = []
-        for _ in range(5):
-            if t > 1:
-                step.load(fx.prompt[-t:], start)
-            else:
-                step.load(fx.prompt[-1:], start)
-            a.record()
-            for _ in range(reps // 5):
-                step.replay()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b) / (reps // 5))
+    step = GraphStep(fx.w, fx.slot, t, MAX_LEN, kernels=kernels)
+    step.load(fx.prompt[-t:], start)
+    for _ in range(3):
+        step.replay()
+    if on_cpu():
         fx.slot.graphs.clear()
-        return round(statistics.median(times), 4)
+        return 0.0
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(5):
+        step.load(fx.prompt[-t:], start)
+        a.record()
+        for _ in range(reps // 5):
+            step.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / (reps // 5))
+    fx.slot.graphs.clear()
+    return round(statistics.median(times), 4)
+
+
+# The whole-step search (--tune-step): what a kernel's own timing cannot show, because it
+# is about kernels overlapping (the L2 prefetch of the next kernel's weights while this one
+# runs, the successor's launch point, register footprints that let CTAs of two kernels
+# share an SM). Coordinate descent in this order, each value kept if the step gets faster.
+STEP_SPACE: list[tuple[str, str, list]] = [
+    ("attn", "block_l", [16]),
+    ("attn", "num_warps", [8]),
+    ("attn", "l2_prefetch", [True]),
+    ("o", "l2_prefetch", [0.5, 1.0]),
+    ("qkv", "l2_prefetch", [0.5, 1.0]),
+    ("gate_up", "l2_prefetch", [0.125, 0.25, 0.5]),
+    ("down", "l2_prefetch", [0.125, 0.25, 0.5]),
+    ("lm_head", "l2_prefetch", [0.0625, 0.125]),
+    ("settings", "early_trigger", [True]),
+    ("o", "l2_prefetch", [0.5, 1.0]),
+    ("qkv", "l2_prefetch", [0.5, 1.0]),
+    ("gate_up", "l2_prefetch", [0.0, 0.125, 0.25, 0.5]),
+    ("down", "l2_prefetch", [0.0, 0.125, 0.25, 0.5]),
+    ("attn", "splits", [16]),
+    ("o", "block_n", [8]),
+    ("qkv", "block_n", [8]),
+    ("down", "block_n", [8]),
+]
+
+
+def _get(name: str, field: str):
+    from ling_local.engines import triton_kernels as tk
+
+    if name == "settings":
+        return getattr(tk.SETTINGS, field)
+    table = tk.ATTN if name == "attn" else tk.CONFIGS
+    return getattr(table[name], field)
+
+
+def _set(name: str, field: str, value) -> None:
+    from ling_local.engines import triton_kernels as tk
+
+    if name == "settings":
+        setattr(tk.SETTINGS, field, value)
+    else:
+        tk.set_config(name, **{field: value})
+
+
+def tune_step(fx: Fixture, space=STEP_SPACE, reps: int = 200) -> dict:
+    """Coordinate descent on the T = 1 step's time over `space`; a value is kept when the
+    step is at least 0.2 % faster. Returns the trail and the final configs."""
+    from dataclasses import asdict
+
+    from ling_local.engines import triton_kernels as tk
+
+    best = step_ms(fx, 1, "triton", reps)
+    trail = [{"start": best}]
+    print(f"  tune start {best} ms", flush=True)
+    for name, field, values in space:
+        keep = _get(name, field)
+        for value in values:
+            if value == keep:
+                continue
+            _set(name, field, value)
+            try:
+                ms = step_ms(fx, 1, "triton", reps)
+            except Exception as err:
+                ms = f"failed: {type(err).__name__}: {str(err)[:200]}"
+            trail.append({"kernel": name, field: value, "ms": ms})
+            print(f"  tune {name}.{field}={value}: {ms} (best {best})", flush=True)
+            if isinstance(ms, float) and ms < best * 0.998:
+                best, keep = ms, value
+            _set(name, field, keep)
+    final = {n: asdict(c) for n, c in tk.CONFIGS.items()}
+    final.update({n: asdict(c) for n, c in tk.ATTN.items()})
+    final.update(pdl=tk.SETTINGS.pdl, early_trigger=tk.SETTINGS.early_trigger)
+    return {"best_ms": best, "trail": trail, "configs": final}
+
+
+def step_times(fx: Fixture) -> dict:
+    from ling_local.engines import triton_kernels as tk
+
+    out = {}
+
+    def timed(t: int, kernels: str) -> float:
+        return step_ms(fx, t, kernels)
 
     attn, pdl_ok = tk.ATTN["attn"], tk.SETTINGS.pdl
     for label, pdl, fused in (
@@ -236,6 +316,12 @@ def main() -> int:
     cli.add_argument(
         "--cpu-smoke", action="store_true", help="tiny shape, Triton's CPU interpreter (tests)"
     )
+    cli.add_argument(
+        "--tune-step",
+        action="store_true",
+        help="tune the whole step (STEP_SPACE) from the shipped configs, after the sweep of "
+        "the --only kernels if any (none without --only)",
+    )
     args = cli.parse_args()
     if args.cpu_smoke:
         args.quick, args.workers = True, 0
@@ -260,6 +346,8 @@ def main() -> int:
         variants = focused(args.focused)
     if args.only:
         variants = {k: v for k, v in variants.items() if k in args.only.split(",")}
+    if args.tune_step and not args.only:
+        variants = {}
     jobs = [(name, cfg) for name, cfgs in variants.items() for cfg in cfgs]
     t0 = time.time()
     pdl = result.get("pdl_in_graphs") is True
@@ -276,6 +364,19 @@ def main() -> int:
     best = {n: r["best"]["cfg"] for n, r in result["sweep"].items() if r["best"]}
     (args.out / "best.json").write_text(json.dumps({**best, "pdl": pdl}, indent=1))
     save()
+    if args.tune_step:
+        try:
+            smoke = [("o", "l2_prefetch", [1.0]), ("attn", "l2_prefetch", [True]),
+                     ("settings", "early_trigger", [True])]  # fmt: skip
+            result["tune_step"] = (
+                tune_step(fx, smoke, reps=5) if on_cpu() else tune_step(fx, reps=200)
+            )
+            (args.out / "best.json").write_text(
+                json.dumps(result["tune_step"]["configs"], indent=1)
+            )
+        except Exception:
+            result["tune_step"] = traceback.format_exc()[-2000:]
+        save()
     try:
         result["step_ms"] = step_times(fx)
     except Exception:

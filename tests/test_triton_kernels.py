@@ -216,3 +216,46 @@ def test_step_matches_the_torch_step(kind: str, t: int) -> None:
                 # the norm scales after the sum here, before it in torch: ~1-2 bf16 ulps
                 _close(b[layer][:, :pos], a[layer][:, :pos], rel=2e-2)
                 assert torch.equal(b[layer][:, :40], a[layer][:, :40])  # the prompt's
+
+
+def test_l2_prefetch_changes_nothing(tk, monkeypatch) -> None:
+    """Every kernel with its L2 prefetch on (the whole slice; the last row block partial)
+    gives what it gives without: the prefetch only asks the cache for the weights. On a GPU
+    the bulk prefetches run (and must not fault past a partial block); in the interpreter
+    their address arithmetic does."""
+    torch.manual_seed(6)
+    nh, nkv, hd, max_len, pos = 4, 2, 32, 100, 70
+    x, res = _randn(1, 128), _randn(1, 100)
+    w, w13 = _randn(100, 128, scale=0.05), _randn(2 * 200, 128, scale=0.05)
+    wqkv = _randn((nh + 2 * nkv) * hd, 128, scale=0.1)
+    angles = torch.arange(max_len, device=DEV)[:, None] * torch.rand(hd // 2, device=DEV)
+    angles = torch.cat([angles, angles], dim=-1)
+    cos, sin = angles.cos().to(BF16), angles.sin().to(BF16)
+    p = torch.tensor([pos], device=DEV)
+    kc0 = _randn(nkv, max_len, hd)
+
+    def run(l2: bool) -> list[torch.Tensor]:
+        kc, vc = kc0.clone(), kc0.flip(-1).contiguous()
+        q = tk.qkv_rope_kv(x, wqkv, None, kc, vc, cos, sin, p, nh, nkv, hd, 1e-5)
+        # splits of 48 positions: the older keys past the first tile of 16 are prefetched
+        cfg = tk.AttnConfig(splits=2, block_l=16, l2_prefetch=l2)
+        attn = tk.decode_attention(q, kc, vc, p, nh, nkv, hd, cfg=cfg)
+        scratch = tk.Scratch(DEV, 100)
+        return [
+            q, kc, vc, attn,
+            tk.gemv(x, w, "o", residual=res.clone()),
+            tk.gate_up_silu(x, w13, 1e-6),
+            *tk.lm_head_argmax(x, w, 1e-6, scratch),
+        ]  # fmt: skip
+
+    for name, cfg in (("o", (16, 64)), ("gate_up", (16, 64)), ("qkv", (8, 64)),
+                      ("lm_head", (32, 64))):  # fmt: skip
+        monkeypatch.setitem(tk.CONFIGS, name, tk.GemvConfig(block_n=cfg[0], block_k=cfg[1]))
+    plain = run(l2=False)
+    for name in ("o", "gate_up", "qkv", "lm_head"):
+        monkeypatch.setitem(tk.CONFIGS, name, tk.GemvConfig(
+            block_n=tk.CONFIGS[name].block_n, block_k=64, l2_prefetch=1.0))  # fmt: skip
+    monkeypatch.setattr(tk.SETTINGS, "early_trigger", True)
+    with_l2 = run(l2=True)
+    for a, b in zip(plain, with_l2, strict=True):
+        assert torch.equal(a, b)

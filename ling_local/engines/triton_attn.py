@@ -8,7 +8,14 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ling_local.engines.triton_jit import _mma, _pdl_wait, _round, _ticket
+from ling_local.engines.triton_jit import (
+    _l2_prefetch,
+    _mma,
+    _pdl_start,
+    _pdl_wait,
+    _round,
+    _ticket,
+)
 
 
 @triton.jit
@@ -98,6 +105,7 @@ def _attn_partial_kernel(
     BLOCK_S: tl.constexpr,
     FUSED_REDUCE: tl.constexpr,
     USE_DOT: tl.constexpr,
+    L2: tl.constexpr,
     USE_PDL: tl.constexpr,
     ON_GPU: tl.constexpr,
 ):
@@ -106,8 +114,10 @@ def _attn_partial_kernel(
     Stores the running max, sum and unnormalised output per (t, head, split); with
     FUSED_REDUCE the last CTA of the kv head combines them into out (no second launch).
     The split's first tile of keys and values older than this step is read before waiting
-    for the previous kernel, which writes only positions pos .. pos + T - 1."""
+    for the previous kernel, which writes only positions pos .. pos + T - 1; with L2 the
+    rest of the split's older keys and values are prefetched to L2 then too."""
     DT: tl.constexpr = q_ptr.dtype.element_ty
+    _pdl_start(USE_PDL)
     kv_head = tl.program_id(0)
     split = tl.program_id(1)
     pos = tl.load(pos_ptr)  # written before the step (host or the previous step's chain)
@@ -122,6 +132,14 @@ def _attn_partial_kernel(
     old = ((offs_l < end) & (offs_l < pos))[:, None]
     k = tl.load(k_ptr + kv_off, mask=old, other=0.0)
     v = tl.load(v_ptr + kv_off, mask=old, other=0.0)
+    if L2:  # positions start + BLOCK_L .. min(end, pos) - 1, contiguous in each cache
+        rest = tl.minimum(end, pos) - (start + BLOCK_L)
+        if rest > 0:
+            row_bytes = HEAD_DIM * (k_ptr.dtype.element_ty.primitive_bitwidth // 8)
+            first = base + (start + BLOCK_L).to(tl.int64) * HEAD_DIM
+            nbytes = (rest * row_bytes).to(tl.int32)
+            _l2_prefetch(k_ptr + first, nbytes, ON_GPU)
+            _l2_prefetch(v_ptr + first, nbytes, ON_GPU)
     _pdl_wait(USE_PDL)
     new = ((offs_l < end) & (offs_l >= pos))[:, None]
     k = tl.where(new, tl.load(k_ptr + kv_off, mask=new, other=0.0), k)
@@ -174,6 +192,7 @@ def _attn_reduce_kernel(
     USE_PDL: tl.constexpr,
 ):
     """Combine one (token, head)'s splits (the two-launch variant of the attention)."""
+    _pdl_start(USE_PDL)
     _pdl_wait(USE_PDL)
     rows = tl.program_id(0) + tl.arange(0, 1)
     _combine_splits(m_ptr, l_ptr, acc_ptr, out_ptr, rows, rows >= 0, SPLITS, HEAD_DIM, BLOCK_S)

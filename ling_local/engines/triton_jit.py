@@ -12,7 +12,11 @@ Every kernel takes `USE_PDL`: launched with programmatic dependent launch (Hoppe
 later), a kernel starts while its predecessor drains, reads the bytes that do not depend on
 it (its first weight tile) and only then waits (`griddepcontrol.wait`) for the
 predecessor's results. Everything a kernel writes, and every activation it reads, comes
-after that wait."""
+after that wait. With `L2` a GEMV also asks the L2 for the first part of its weight slice
+before the wait (`_l2_prefetch`): while the previous kernel is latency-bound (attention, a
+small projection) the memory system streams the next kernel's weights instead of idling.
+USE_PDL = 2 lets the next kernel launch at the very start of this one (not after the wait),
+so the kernels after it become resident, and prefetch, earlier."""
 
 from __future__ import annotations
 
@@ -23,11 +27,46 @@ _MIN_KEY = tl.constexpr(-(2**63))
 
 
 @triton.jit
+def _pdl_start(USE_PDL: tl.constexpr):
+    """At a kernel's start: with USE_PDL = 2 let the next kernel launch now (it reads
+    nothing this one writes before its own wait)."""
+    if USE_PDL == 2:
+        tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
 def _pdl_wait(USE_PDL: tl.constexpr):
-    """Wait for the previous kernel's results, then let the next kernel start launching."""
+    """Wait for the previous kernel's results; with USE_PDL = 1 then let the next kernel
+    start launching."""
     if USE_PDL:
         tl.extra.cuda.gdc_wait()
+    if USE_PDL == 1:
         tl.extra.cuda.gdc_launch_dependents()
+
+
+_PREFETCH_ASM = tl.constexpr(
+    "{ .reg .pred p; .reg .u32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; "
+    "@p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }"
+)
+
+
+@triton.jit
+def _l2_prefetch(ptr, nbytes, ON_GPU: tl.constexpr):
+    """Ask the L2 for `nbytes` (a multiple of 16) from `ptr` (16-byte aligned): Hopper's
+    bulk prefetch, issued by thread 0 alone in pieces of 32 KiB. Holds no registers and
+    writes nothing; a no-op in Triton's CPU interpreter."""
+    if ON_GPU:
+        base = ptr.to(tl.pointer_type(tl.int8))
+        for off in range(0, nbytes, 32768):
+            size = tl.minimum(nbytes - off, 32768)
+            tl.inline_asm_elementwise(
+                _PREFETCH_ASM,
+                "=r,l,r",
+                [base + off + tl.zeros((1,), tl.int32), size + tl.zeros((1,), tl.int32)],
+                dtype=tl.int32,
+                is_pure=False,
+                pack=1,
+            )
 
 
 @triton.jit
@@ -173,6 +212,7 @@ def _gemv_kernel(
     N,
     K,
     eps,
+    l2_bytes,
     NORM: tl.constexpr,
     RESIDUAL: tl.constexpr,
     SPLIT_K: tl.constexpr,
@@ -184,14 +224,17 @@ def _gemv_kernel(
     RSTD_BLOCK: tl.constexpr,
     USE_DOT: tl.constexpr,
     PREFETCH: tl.constexpr,
+    L2: tl.constexpr,
     USE_PDL: tl.constexpr,
     ON_GPU: tl.constexpr,
 ):
     """out[t, n] = (res[t, n] +) round(s[t] * sum_k x[t, k] * w[n, k]); s = 1/rms(x[t]) if
     NORM (w has the norm's weight folded in), else 1. With SPLIT_K > 1 each CTA stores its
     fp32 partial sum in part[pid_k, t, n] instead. ARGMAX (the output head): banned[n] != 0
-    -> -inf, then the argmax epilogue."""
+    -> -inf, then the argmax epilogue. L2 (SPLIT_K = 1): the first `l2_bytes` of the CTA's rows
+    (contiguous) are prefetched to L2 before the PDL wait."""
     DT: tl.constexpr = out_ptr.dtype.element_ty
+    _pdl_start(USE_PDL)
     pid_n = tl.program_id(0)
     pid_k = tl.program_id(1)
     offs_t = tl.arange(0, BLOCK_T)
@@ -202,6 +245,11 @@ def _gemv_kernel(
     k_len = tl.cdiv(K, SPLIT_K * BLOCK_K) * BLOCK_K
     k_start = pid_k * k_len
     k_end = tl.minimum(K, k_start + k_len)
+    if L2:
+        rows_here = tl.minimum(BLOCK_N, N - pid_n * BLOCK_N)
+        row_bytes = K * (w_ptr.dtype.element_ty.primitive_bitwidth // 8)
+        nbytes = tl.minimum(l2_bytes, rows_here.to(tl.int64) * row_bytes).to(tl.int32)
+        _l2_prefetch(w_ptr + (pid_n * BLOCK_N).to(tl.int64) * K, nbytes, ON_GPU)
     if PREFETCH:  # the first weight tile does not depend on the previous kernel
         w = _w_tile(w_rows, k_start + tl.arange(0, BLOCK_K), n_mask, k_end)
     _pdl_wait(USE_PDL)
@@ -257,6 +305,7 @@ def _splitk_reduce_kernel(
     USE_PDL: tl.constexpr,
 ):
     DT: tl.constexpr = out_ptr.dtype.element_ty
+    _pdl_start(USE_PDL)
     _pdl_wait(USE_PDL)
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     m = offs < TN
@@ -285,6 +334,7 @@ def _paired_gemv_kernel(
     N_OUT,
     eps,
     MAX_LEN,
+    l2_bytes,
     ROPE_KV: tl.constexpr,
     HAS_BIAS: tl.constexpr,
     N_HEADS: tl.constexpr,
@@ -296,6 +346,7 @@ def _paired_gemv_kernel(
     RSTD_BLOCK: tl.constexpr,
     USE_DOT: tl.constexpr,
     PREFETCH: tl.constexpr,
+    L2: tl.constexpr,
     USE_PDL: tl.constexpr,
     ON_GPU: tl.constexpr,
 ):
@@ -307,8 +358,11 @@ def _paired_gemv_kernel(
     ROPE_KV: W = [q; k; v] heads of HEAD_DIM; a = the first half of a head's dims, b = the
     second; q/k heads are rotated at position pos + t; q goes to out [T, N_HEADS * HEAD_DIM],
     k and v to the caches [N_KV, MAX_LEN, HEAD_DIM] at pos + t.
+    L2: the first `l2_bytes` of each of the two row blocks (contiguous) are prefetched to L2
+    before the PDL wait.
     """
     DT: tl.constexpr = x_ptr.dtype.element_ty
+    _pdl_start(USE_PDL)
     HALF: tl.constexpr = HEAD_DIM // 2
     pid = tl.program_id(0)
     offs_t = tl.arange(0, BLOCK_T)
@@ -327,6 +381,19 @@ def _paired_gemv_kernel(
         n_mask = rows_a < N_OUT
     a_rows = w_ptr + rows_a.to(tl.int64)[:, None] * K
     b_rows = w_ptr + rows_b.to(tl.int64)[:, None] * K
+    if L2:
+        if ROPE_KV:  # each block's rows are consecutive, b = a + gap
+            first = head * HEAD_DIM + (pid % per_head) * BLOCK_N
+            rows_here = first * 0 + BLOCK_N
+            gap = HALF
+        else:
+            first = pid * BLOCK_N
+            rows_here = tl.minimum(BLOCK_N, N_OUT - first)
+            gap = N_OUT
+        row_bytes = K * (w_ptr.dtype.element_ty.primitive_bitwidth // 8)
+        nbytes = tl.minimum(l2_bytes, rows_here.to(tl.int64) * row_bytes).to(tl.int32)
+        _l2_prefetch(w_ptr + first.to(tl.int64) * K, nbytes, ON_GPU)
+        _l2_prefetch(w_ptr + (first + gap).to(tl.int64) * K, nbytes, ON_GPU)
     if PREFETCH:  # the first weight tiles do not depend on the previous kernel
         wa = _w_tile(a_rows, tl.arange(0, BLOCK_K), n_mask, K)
         wb = _w_tile(b_rows, tl.arange(0, BLOCK_K), n_mask, K)

@@ -133,10 +133,22 @@ def _has_pdl(index: int) -> bool:
 
 
 def _launch(t: torch.Tensor) -> dict:
-    """Launch options: PDL on Hopper and later, unless turned off."""
+    """Launch options: PDL on Hopper and later, unless turned off (USE_PDL 0 off, 1 the
+    successor launches after this kernel's wait, 2 at its start)."""
     if SETTINGS.pdl and _on_gpu(t) and _has_pdl(t.device.index or 0):
-        return {"launch_pdl": True, "USE_PDL": True}
-    return {"USE_PDL": False}
+        return {"launch_pdl": True, "USE_PDL": 2 if SETTINGS.early_trigger else 1}
+    return {"USE_PDL": 0}
+
+
+def _l2(name: str, t: int, rows: int, k: int, weight: torch.Tensor, split: int = 1) -> dict:
+    """The L2 prefetch of kernel `name`: `l2_bytes` per row block of `rows` rows (a 16-byte
+    multiple); off at split-K and on a GPU without PDL (nothing to overlap). In Triton's
+    CPU interpreter its address arithmetic runs and the prefetch itself is skipped."""
+    cfg = CONFIGS[name] if t == 1 else VERIFY_CONFIGS[name]
+    nbytes = int(cfg.l2_prefetch * rows * k * weight.element_size()) // 16 * 16
+    overlap = _launch(weight)["USE_PDL"] > 0 or not _on_gpu(weight)
+    on = nbytes > 0 and split == 1 and overlap
+    return {"L2": on, "l2_bytes": nbytes if on else 0}
 
 
 @dataclass(eq=False)
@@ -200,10 +212,11 @@ def gemv(
         )
     launch = _launch(x)
     tiles = _tiles(name, t, k)
+    l2 = _l2(name, t, tiles["BLOCK_N"], k, weight, split)
     _gemv_kernel[(triton.cdiv(n, tiles["BLOCK_N"]), split)](
-        x, weight, out, out, part, x, x, x, x, x, x, t, n, k, eps,
+        x, weight, out, out, part, x, x, x, x, x, x, t, n, k, eps, l2["l2_bytes"],
         NORM=normed, RESIDUAL=residual is not None, SPLIT_K=split, ARGMAX=False,
-        CHAIN=False, ON_GPU=_on_gpu(x), **tiles, **launch,
+        CHAIN=False, L2=l2["L2"], ON_GPU=_on_gpu(x), **tiles, **launch,
     )  # fmt: skip
     if split > 1:
         block = 1024
@@ -233,11 +246,12 @@ def lm_head_argmax(
     count = scratch.get(f"head_count{t}", (1,), torch.int32, fill=0)
     chain = tokens is not None and pos is not None
     tiles = _tiles("lm_head", t, k)
+    l2 = _l2("lm_head", t, tiles["BLOCK_N"], k, weight)
     _gemv_kernel[(triton.cdiv(n, tiles["BLOCK_N"]), 1)](
         x, weight, logits, logits, logits, scratch.banned_mask(), keys, count, argmax,
-        tokens if chain else argmax, pos if chain else argmax, t, n, k, eps,
-        NORM=True, RESIDUAL=False, SPLIT_K=1, ARGMAX=True, CHAIN=chain, ON_GPU=_on_gpu(x),
-        **tiles, **_launch(x),
+        tokens if chain else argmax, pos if chain else argmax, t, n, k, eps, l2["l2_bytes"],
+        NORM=True, RESIDUAL=False, SPLIT_K=1, ARGMAX=True, CHAIN=chain, L2=l2["L2"],
+        ON_GPU=_on_gpu(x), **tiles, **_launch(x),
     )  # fmt: skip
     return logits, argmax
 
@@ -249,10 +263,11 @@ def gate_up_silu(x: torch.Tensor, w13: torch.Tensor, eps: float) -> torch.Tensor
     inter = w13.shape[0] // 2
     out = x.new_empty((t, inter))
     tiles = _tiles("gate_up", t, k)
+    l2 = _l2("gate_up", t, tiles["BLOCK_N"], k, w13)
     _paired_gemv_kernel[(triton.cdiv(inter, tiles["BLOCK_N"]),)](
-        x, w13, x, out, x, x, x, x, x, t, k, inter, eps, 0,
-        ROPE_KV=False, HAS_BIAS=False, N_HEADS=1, N_KV=1, HEAD_DIM=2, ON_GPU=_on_gpu(x),
-        **tiles, **_launch(x),
+        x, w13, x, out, x, x, x, x, x, t, k, inter, eps, 0, l2["l2_bytes"],
+        ROPE_KV=False, HAS_BIAS=False, N_HEADS=1, N_KV=1, HEAD_DIM=2, L2=l2["L2"],
+        ON_GPU=_on_gpu(x), **tiles, **_launch(x),
     )  # fmt: skip
     return out
 
@@ -279,11 +294,12 @@ def qkv_rope_kv(
     if (head_dim // 2) % tiles["BLOCK_N"]:
         raise ValueError(f"qkv block_n {tiles['BLOCK_N']} does not divide head_dim/2")
     grid = ((n_heads + 2 * n_kv) * (head_dim // 2 // tiles["BLOCK_N"]),)
+    l2 = _l2("qkv", t, tiles["BLOCK_N"], k, wqkv)
     _paired_gemv_kernel[grid](
         x, wqkv, bias if bias is not None else x, q, k_cache, v_cache, cos, sin, pos,
-        t, k, 0, eps, k_cache.shape[1],
+        t, k, 0, eps, k_cache.shape[1], l2["l2_bytes"],
         ROPE_KV=True, HAS_BIAS=bias is not None, N_HEADS=n_heads, N_KV=n_kv,
-        HEAD_DIM=head_dim, ON_GPU=_on_gpu(x), **tiles, **_launch(x),
+        HEAD_DIM=head_dim, L2=l2["L2"], ON_GPU=_on_gpu(x), **tiles, **_launch(x),
     )  # fmt: skip
     return q
 
@@ -326,7 +342,9 @@ def decode_attention(
         1.0 / math.sqrt(head_dim),
         N_HEADS=n_heads, GROUP=group, HEAD_DIM=head_dim, SPLITS=splits, BLOCK_R=block_r,
         BLOCK_L=block_l, BLOCK_S=_pow2(splits), FUSED_REDUCE=fused, USE_DOT=dot,
-        ON_GPU=_on_gpu(q), num_warps=warps, **launch,
+        L2=cfg.l2_prefetch and (launch["USE_PDL"] > 0 or not _on_gpu(q)), ON_GPU=_on_gpu(q),
+        num_warps=warps,
+        **launch,
     )  # fmt: skip
     if not fused:
         _attn_reduce_kernel[(rows,)](

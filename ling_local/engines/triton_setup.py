@@ -41,6 +41,9 @@ class GemvConfig:
     """Load the next weight tile while multiplying this one (and the first before the PDL
     wait); False: a plain loop left to Triton's pipelining (`num_stages`)."""
     num_stages: int = 3
+    l2_prefetch: float = 0.0
+    """Fraction of the CTA's weight slice asked of the L2 (a bulk prefetch, Hopper) before
+    the PDL wait, so the weights stream while the previous kernel runs (0: none)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +55,9 @@ class AttnConfig:
     num_warps: int = 4
     fused_reduce: bool = True
     """The last CTA of a kv head combines its splits (one launch instead of two)."""
+    l2_prefetch: bool = False
+    """Prefetch the split's older keys and values past the first tile to L2 before the
+    PDL wait."""
 
 
 # The best of the sweeps on the H200 for Llama-3.2-1B (H 2048, I 8192, 32/8 heads of 64,
@@ -106,6 +112,9 @@ def fold_norms(w) -> None:
 class Settings:
     pdl: bool = os.environ.get("LING_LOCAL_TRITON_PDL", "1") != "0"
     """Programmatic dependent launch where the GPU has it (compute capability >= 9)."""
+    early_trigger: bool = False
+    """With PDL, let each kernel's successor launch at the kernel's start rather than after
+    its wait: successors become resident (and prefetch) one kernel earlier."""
 
 
 SETTINGS = Settings()
@@ -113,10 +122,11 @@ SETTINGS = Settings()
 
 def load_configs(path: str | os.PathLike) -> None:
     """Take block sizes (and `pdl`) from a JSON file of the sweep script's form
-    ({"qkv": {"block_n": 8, ...}, "attn": {...}, "pdl": true}); unknown names refused."""
+    ({"qkv": {"block_n": 8, ...}, "attn": {...}, "pdl": true, "early_trigger": false});
+    unknown names refused."""
     for name, fields in json.loads(Path(path).read_text()).items():
-        if name == "pdl":
-            SETTINGS.pdl = bool(fields)
+        if name in ("pdl", "early_trigger"):
+            setattr(SETTINGS, name, bool(fields))
         else:
             apply_config(name, fields)
 

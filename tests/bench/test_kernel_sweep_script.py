@@ -1,7 +1,8 @@
 """scripts/gpu_kernel_sweep.py end to end on the CPU (--cpu-smoke: a tiny shape under
 Triton's CPU interpreter, one kernel's variants): the sweep picks a best variant, the whole
 step runs, the Triton step agrees with the PyTorch one, and best.json is a file the kernels
-load (what the GPU run hands to `bench engine`)."""
+load (what the GPU run hands to `bench engine`); the whole-step tune runs a short space and
+writes every config."""
 
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ def test_cpu_smoke_run(tmp_path: Path) -> None:
     env["PYTHONWARNINGS"] = "ignore"  # numpy's overflow notes from the interpreter
     out = subprocess.run(
         [sys.executable, str(REPO / "scripts" / "gpu_kernel_sweep.py"), "--cpu-smoke",
-         "--only", "o", "--out", str(tmp_path)],
+         "--only", "o", "--tune-step", "--out", str(tmp_path)],
         capture_output=True, text=True, env=env, timeout=900, cwd=REPO,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr[-3000:]
@@ -38,8 +39,13 @@ def test_cpu_smoke_run(tmp_path: Path) -> None:
     agreement = result["agreement"]
     assert agreement["argmax_equal"] == agreement["steps"]
     assert agreement["logits_rel_err_max"] < 0.03
-    chosen = json.loads((tmp_path / "best.json").read_text())
-    assert chosen["o"] == best["cfg"]
+    tune = result["tune_step"]
+    assert isinstance(tune, dict), tune  # a traceback string when it failed
+    tried = [t for t in tune["trail"] if "kernel" in t]
+    assert len(tried) == 3 and all(isinstance(t["ms"], float) for t in tried)
+    chosen = json.loads((tmp_path / "best.json").read_text())  # every config, after the tune
+    assert chosen["o"].items() >= best["cfg"].items()
+    assert set(chosen) >= {"qkv", "o", "gate_up", "down", "lm_head", "attn", "early_trigger"}
     code = (
         "import sys; from ling_local.engines import triton_setup as s; "
         f"s.load_configs({str(tmp_path / 'best.json')!r}); print(s.CONFIGS['o'])"
