@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
 from kernel_fixture import MAX_LEN, Fixture, bandwidth, graph_ms, on_cpu  # noqa: E402
-from kernel_grid import focused, grid  # noqa: E402  (both beside this script)
+from kernel_grid import focused, grid, tma_grid  # noqa: E402  (beside this script)
 
 
 # --------------------------------------------------------------------------- workers
@@ -317,6 +317,9 @@ def main() -> int:
         "--cpu-smoke", action="store_true", help="tiny shape, Triton's CPU interpreter (tests)"
     )
     cli.add_argument(
+        "--tma", action="store_true", help="sweep the TMA-descriptor variants (T = 1 GEMVs)"
+    )
+    cli.add_argument(
         "--tune-step",
         action="store_true",
         help="tune the whole step (STEP_SPACE) from the shipped configs, after the sweep of "
@@ -344,6 +347,13 @@ def main() -> int:
     variants = grid(args.quick, half_head=(32 if on_cpu() else 64) // 2)
     if args.focused:
         variants = focused(args.focused)
+    if args.tma:
+        from dataclasses import asdict
+
+        from ling_local.engines import triton_setup
+
+        shipped = {n: asdict(c) for n, c in triton_setup.CONFIGS.items()}
+        variants = tma_grid(shipped, half_head=(32 if on_cpu() else 64) // 2)
     if args.only:
         variants = {k: v for k, v in variants.items() if k in args.only.split(",")}
     if args.tune_step and not args.only:

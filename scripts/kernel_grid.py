@@ -7,7 +7,7 @@ import itertools
 import json
 from pathlib import Path
 
-__all__ = ["focused", "grid"]
+__all__ = ["focused", "grid", "tma_grid"]
 
 
 def _fits(per_thread: float) -> bool:
@@ -67,5 +67,25 @@ def focused(previous: Path) -> dict[str, list[dict]]:
         if name != "attn":
             for c in top[:3]:
                 variants += [dict(c, prefetch=False, num_stages=n) for n in stages]
+        out[name] = variants
+    return out
+
+
+def tma_grid(shipped: dict[str, dict], half_head: int = 32) -> dict[str, list[dict]]:
+    """T = 1 variants with the weight tiles through TMA descriptors (a box of at most 256
+    per side; `num_stages` shared-memory buffers, at most ~200 KB a CTA), beside each
+    kernel's shipped config for reference."""
+    out: dict[str, list[dict]] = {}
+    for name in ("qkv", "gate_up", "o", "down", "lm_head"):
+        paired = name in ("qkv", "gate_up")
+        variants = [dict(shipped[name])]
+        rows = (4, 8, 16, 32) if paired else (2, 4, 8, 16, 32)
+        for bn, bk, w, st in itertools.product(rows, (64, 128, 256), (2, 4, 8), (3, 5)):
+            tile = (2 if paired else 1) * bn * bk
+            if name == "qkv" and half_head % bn:
+                continue
+            if _fits(tile / (32 * w)) and st * tile * 2 <= 200_000:
+                variants.append(dict(block_n=bn, block_k=bk, num_warps=w, num_stages=st,
+                                     tma=True))  # fmt: skip
         out[name] = variants
     return out

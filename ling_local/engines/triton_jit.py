@@ -199,6 +199,7 @@ def _argmax_epilogue(
 def _gemv_kernel(
     x_ptr,
     w_ptr,
+    w_desc,
     out_ptr,
     res_ptr,
     part_ptr,
@@ -225,6 +226,8 @@ def _gemv_kernel(
     USE_DOT: tl.constexpr,
     PREFETCH: tl.constexpr,
     L2: tl.constexpr,
+    TMA: tl.constexpr,
+    STAGES: tl.constexpr,
     USE_PDL: tl.constexpr,
     ON_GPU: tl.constexpr,
 ):
@@ -232,7 +235,9 @@ def _gemv_kernel(
     NORM (w has the norm's weight folded in), else 1. With SPLIT_K > 1 each CTA stores its
     fp32 partial sum in part[pid_k, t, n] instead. ARGMAX (the output head): banned[n] != 0
     -> -inf, then the argmax epilogue. L2 (SPLIT_K = 1): the first `l2_bytes` of the CTA's rows
-    (contiguous) are prefetched to L2 before the PDL wait."""
+    (contiguous) are prefetched to L2 before the PDL wait. TMA: the weight tiles come
+    through `w_desc` (a [BLOCK_N, BLOCK_K] tensor descriptor of w) into a ring of STAGES
+    shared-memory buffers that Triton keeps in flight (no register double-buffering)."""
     DT: tl.constexpr = out_ptr.dtype.element_ty
     _pdl_start(USE_PDL)
     pid_n = tl.program_id(0)
@@ -250,7 +255,7 @@ def _gemv_kernel(
         row_bytes = K * (w_ptr.dtype.element_ty.primitive_bitwidth // 8)
         nbytes = tl.minimum(l2_bytes, rows_here.to(tl.int64) * row_bytes).to(tl.int32)
         _l2_prefetch(w_ptr + (pid_n * BLOCK_N).to(tl.int64) * K, nbytes, ON_GPU)
-    if PREFETCH:  # the first weight tile does not depend on the previous kernel
+    if PREFETCH and not TMA:  # the first weight tile does not depend on the previous kernel
         w = _w_tile(w_rows, k_start + tl.arange(0, BLOCK_K), n_mask, k_end)
     _pdl_wait(USE_PDL)
     rstd = tl.full((BLOCK_T,), 1.0, tl.float32)
@@ -258,18 +263,25 @@ def _gemv_kernel(
         rstd = _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T, RSTD_BLOCK)
     acc = tl.zeros((BLOCK_T, BLOCK_N, 1 if USE_DOT else BLOCK_K), tl.float32)
     acc_dot = tl.zeros((BLOCK_T, BLOCK_N), tl.float32)
-    for k0 in range(k_start, k_start + k_len, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < k_end, K)
-        # PREFETCH: the next tile is in flight while this one is multiplied; else a plain
-        # loop, left to Triton's pipelining (num_stages) and the occupancy.
-        if PREFETCH:
-            w_next = _w_tile(w_rows, offs_k + BLOCK_K, n_mask, k_end)
-        else:
-            w = _w_tile(w_rows, offs_k, n_mask, k_end)
-        acc, acc_dot = _accumulate(acc, acc_dot, x, w, USE_DOT, DT, ON_GPU)
-        if PREFETCH:
-            w = w_next
+    if TMA:  # the descriptor zero-fills rows past N and columns past K
+        for k0 in tl.range(k_start, k_start + k_len, BLOCK_K, num_stages=STAGES):
+            offs_k = k0 + tl.arange(0, BLOCK_K)
+            x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < k_end, K)
+            w = w_desc.load([pid_n * BLOCK_N, k0])
+            acc, acc_dot = _accumulate(acc, acc_dot, x, w, USE_DOT, DT, ON_GPU)
+    else:
+        for k0 in range(k_start, k_start + k_len, BLOCK_K):
+            offs_k = k0 + tl.arange(0, BLOCK_K)
+            x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < k_end, K)
+            # PREFETCH: the next tile is in flight while this one is multiplied; else a
+            # plain loop, left to Triton's pipelining (num_stages) and the occupancy.
+            if PREFETCH:
+                w_next = _w_tile(w_rows, offs_k + BLOCK_K, n_mask, k_end)
+            else:
+                w = _w_tile(w_rows, offs_k, n_mask, k_end)
+            acc, acc_dot = _accumulate(acc, acc_dot, x, w, USE_DOT, DT, ON_GPU)
+            if PREFETCH:
+                w = w_next
     if USE_DOT:  # noqa: SIM108 (a constexpr branch; Triton compiles only one side)
         y = acc_dot
     else:
@@ -322,6 +334,7 @@ def _splitk_reduce_kernel(
 def _paired_gemv_kernel(
     x_ptr,
     w_ptr,
+    w_desc,
     bias_ptr,
     out_ptr,
     k_cache_ptr,
@@ -347,6 +360,8 @@ def _paired_gemv_kernel(
     USE_DOT: tl.constexpr,
     PREFETCH: tl.constexpr,
     L2: tl.constexpr,
+    TMA: tl.constexpr,
+    STAGES: tl.constexpr,
     USE_PDL: tl.constexpr,
     ON_GPU: tl.constexpr,
 ):
@@ -359,7 +374,7 @@ def _paired_gemv_kernel(
     second; q/k heads are rotated at position pos + t; q goes to out [T, N_HEADS * HEAD_DIM],
     k and v to the caches [N_KV, MAX_LEN, HEAD_DIM] at pos + t.
     L2: the first `l2_bytes` of each of the two row blocks (contiguous) are prefetched to L2
-    before the PDL wait.
+    before the PDL wait. TMA: both blocks' tiles through `w_desc`, as in `_gemv_kernel`.
     """
     DT: tl.constexpr = x_ptr.dtype.element_ty
     _pdl_start(USE_PDL)
@@ -394,7 +409,7 @@ def _paired_gemv_kernel(
         nbytes = tl.minimum(l2_bytes, rows_here.to(tl.int64) * row_bytes).to(tl.int32)
         _l2_prefetch(w_ptr + first.to(tl.int64) * K, nbytes, ON_GPU)
         _l2_prefetch(w_ptr + (first + gap).to(tl.int64) * K, nbytes, ON_GPU)
-    if PREFETCH:  # the first weight tiles do not depend on the previous kernel
+    if PREFETCH and not TMA:  # the first weight tiles do not depend on the previous kernel
         wa = _w_tile(a_rows, tl.arange(0, BLOCK_K), n_mask, K)
         wb = _w_tile(b_rows, tl.arange(0, BLOCK_K), n_mask, K)
     _pdl_wait(USE_PDL)
@@ -403,20 +418,31 @@ def _paired_gemv_kernel(
     acc_b = tl.zeros((BLOCK_T, BLOCK_N, 1 if USE_DOT else BLOCK_K), tl.float32)
     dot_a = tl.zeros((BLOCK_T, BLOCK_N), tl.float32)
     dot_b = tl.zeros((BLOCK_T, BLOCK_N), tl.float32)
-    for k0 in range(0, K, BLOCK_K):
-        offs_k = k0 + tl.arange(0, BLOCK_K)
-        x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < K, K)
-        if PREFETCH:  # as in _gemv_kernel
-            wa_next = _w_tile(a_rows, offs_k + BLOCK_K, n_mask, K)
-            wb_next = _w_tile(b_rows, offs_k + BLOCK_K, n_mask, K)
-        else:
-            wa = _w_tile(a_rows, offs_k, n_mask, K)
-            wb = _w_tile(b_rows, offs_k, n_mask, K)
-        acc_a, dot_a = _accumulate(acc_a, dot_a, x, wa, USE_DOT, DT, ON_GPU)
-        acc_b, dot_b = _accumulate(acc_b, dot_b, x, wb, USE_DOT, DT, ON_GPU)
-        if PREFETCH:
-            wa = wa_next
-            wb = wb_next
+    if TMA:
+        row_a = tl.min(rows_a, axis=0)  # each block's rows are consecutive
+        row_b = tl.min(rows_b, axis=0)
+        for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
+            offs_k = k0 + tl.arange(0, BLOCK_K)
+            x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < K, K)
+            wa = w_desc.load([row_a, k0])
+            wb = w_desc.load([row_b, k0])
+            acc_a, dot_a = _accumulate(acc_a, dot_a, x, wa, USE_DOT, DT, ON_GPU)
+            acc_b, dot_b = _accumulate(acc_b, dot_b, x, wb, USE_DOT, DT, ON_GPU)
+    else:
+        for k0 in range(0, K, BLOCK_K):
+            offs_k = k0 + tl.arange(0, BLOCK_K)
+            x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < K, K)
+            if PREFETCH:  # as in _gemv_kernel
+                wa_next = _w_tile(a_rows, offs_k + BLOCK_K, n_mask, K)
+                wb_next = _w_tile(b_rows, offs_k + BLOCK_K, n_mask, K)
+            else:
+                wa = _w_tile(a_rows, offs_k, n_mask, K)
+                wb = _w_tile(b_rows, offs_k, n_mask, K)
+            acc_a, dot_a = _accumulate(acc_a, dot_a, x, wa, USE_DOT, DT, ON_GPU)
+            acc_b, dot_b = _accumulate(acc_b, dot_b, x, wb, USE_DOT, DT, ON_GPU)
+            if PREFETCH:
+                wa = wa_next
+                wb = wb_next
     if USE_DOT:
         a = dot_a
         b = dot_b

@@ -119,8 +119,40 @@ def _tiles(name: str, t: int, k: int, max_block_n: int | None = None) -> dict:
     rstd = min(_pow2(k), max(256, 4096 // block_t))
     return dict(
         BLOCK_T=block_t, BLOCK_N=block_n, BLOCK_K=block_k, RSTD_BLOCK=rstd, USE_DOT=dot,
-        PREFETCH=cfg.prefetch, num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        PREFETCH=cfg.prefetch, TMA=cfg.tma and t == 1, STAGES=cfg.num_stages,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
+
+
+_DESCRIPTORS: dict[tuple, object] = {}
+
+
+def _weights(weight: torch.Tensor, tiles: dict) -> torch.Tensor | object:
+    """What the kernels' `w_desc` gets: a [BLOCK_N, BLOCK_K] TMA descriptor of `weight`
+    when the tiles ask for TMA and TMA can take it (Hopper or the interpreter; a box of at
+    most 256 per side; rows 16-byte aligned), else the weight itself (unused; `TMA` is
+    then turned off in `tiles`). Descriptors are cached per tensor and box."""
+    bn, bk = tiles["BLOCK_N"], tiles["BLOCK_K"]
+    usable = (
+        tiles["TMA"]
+        and bn <= 256
+        and bk <= 256
+        and weight.is_contiguous()
+        and (weight.shape[1] * weight.element_size()) % 16 == 0
+        and (not _on_gpu(weight) or _has_pdl(weight.device.index or 0))
+    )
+    if not usable:
+        tiles["TMA"] = False
+        return weight
+    key = (weight.data_ptr(), tuple(weight.shape), weight.dtype, bn, bk)
+    desc = _DESCRIPTORS.get(key)
+    if desc is None:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        if len(_DESCRIPTORS) > 4096:  # weights come and go (tests, reloads)
+            _DESCRIPTORS.clear()
+        desc = _DESCRIPTORS[key] = TensorDescriptor.from_tensor(weight, [bn, bk])
+    return desc
 
 
 def _on_gpu(t: torch.Tensor) -> bool:
@@ -213,8 +245,9 @@ def gemv(
     launch = _launch(x)
     tiles = _tiles(name, t, k)
     l2 = _l2(name, t, tiles["BLOCK_N"], k, weight, split)
+    desc = _weights(weight, tiles)
     _gemv_kernel[(triton.cdiv(n, tiles["BLOCK_N"]), split)](
-        x, weight, out, out, part, x, x, x, x, x, x, t, n, k, eps, l2["l2_bytes"],
+        x, weight, desc, out, out, part, x, x, x, x, x, x, t, n, k, eps, l2["l2_bytes"],
         NORM=normed, RESIDUAL=residual is not None, SPLIT_K=split, ARGMAX=False,
         CHAIN=False, L2=l2["L2"], ON_GPU=_on_gpu(x), **tiles, **launch,
     )  # fmt: skip
@@ -247,8 +280,9 @@ def lm_head_argmax(
     chain = tokens is not None and pos is not None
     tiles = _tiles("lm_head", t, k)
     l2 = _l2("lm_head", t, tiles["BLOCK_N"], k, weight)
+    desc = _weights(weight, tiles)
     _gemv_kernel[(triton.cdiv(n, tiles["BLOCK_N"]), 1)](
-        x, weight, logits, logits, logits, scratch.banned_mask(), keys, count, argmax,
+        x, weight, desc, logits, logits, logits, scratch.banned_mask(), keys, count, argmax,
         tokens if chain else argmax, pos if chain else argmax, t, n, k, eps, l2["l2_bytes"],
         NORM=True, RESIDUAL=False, SPLIT_K=1, ARGMAX=True, CHAIN=chain, L2=l2["L2"],
         ON_GPU=_on_gpu(x), **tiles, **_launch(x),
@@ -264,8 +298,9 @@ def gate_up_silu(x: torch.Tensor, w13: torch.Tensor, eps: float) -> torch.Tensor
     out = x.new_empty((t, inter))
     tiles = _tiles("gate_up", t, k)
     l2 = _l2("gate_up", t, tiles["BLOCK_N"], k, w13)
+    desc = _weights(w13, tiles)
     _paired_gemv_kernel[(triton.cdiv(inter, tiles["BLOCK_N"]),)](
-        x, w13, x, out, x, x, x, x, x, t, k, inter, eps, 0, l2["l2_bytes"],
+        x, w13, desc, x, out, x, x, x, x, x, t, k, inter, eps, 0, l2["l2_bytes"],
         ROPE_KV=False, HAS_BIAS=False, N_HEADS=1, N_KV=1, HEAD_DIM=2, L2=l2["L2"],
         ON_GPU=_on_gpu(x), **tiles, **_launch(x),
     )  # fmt: skip
@@ -295,8 +330,9 @@ def qkv_rope_kv(
         raise ValueError(f"qkv block_n {tiles['BLOCK_N']} does not divide head_dim/2")
     grid = ((n_heads + 2 * n_kv) * (head_dim // 2 // tiles["BLOCK_N"]),)
     l2 = _l2("qkv", t, tiles["BLOCK_N"], k, wqkv)
+    desc = _weights(wqkv, tiles)
     _paired_gemv_kernel[grid](
-        x, wqkv, bias if bias is not None else x, q, k_cache, v_cache, cos, sin, pos,
+        x, wqkv, desc, bias if bias is not None else x, q, k_cache, v_cache, cos, sin, pos,
         t, k, 0, eps, k_cache.shape[1], l2["l2_bytes"],
         ROPE_KV=True, HAS_BIAS=bias is not None, N_HEADS=n_heads, N_KV=n_kv,
         HEAD_DIM=head_dim, L2=l2["L2"], ON_GPU=_on_gpu(x), **tiles, **_launch(x),

@@ -41,6 +41,10 @@ class GemvConfig:
     """Load the next weight tile while multiplying this one (and the first before the PDL
     wait); False: a plain loop left to Triton's pipelining (`num_stages`)."""
     num_stages: int = 3
+    tma: bool = False
+    """T = 1: weight tiles through a TMA tensor descriptor into `num_stages` shared-memory
+    buffers kept in flight by Triton's pipeliner (Hopper; block_k <= 256), instead of
+    register loads; `prefetch` is then unused."""
     l2_prefetch: float = 0.0
     """Fraction of the CTA's weight slice asked of the L2 (a bulk prefetch, Hopper) before
     the PDL wait, so the weights stream while the previous kernel runs (0: none)."""
