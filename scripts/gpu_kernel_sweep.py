@@ -322,8 +322,8 @@ def main() -> int:
     cli.add_argument(
         "--tune-step",
         action="store_true",
-        help="tune the whole step (STEP_SPACE) from the shipped configs, after the sweep of "
-        "the --only kernels if any (none without --only)",
+        help="tune the whole step (STEP_SPACE) after the sweep; without --only, --tma or "
+        "--focused there is no sweep and the tune starts from the shipped configs",
     )
     args = cli.parse_args()
     if args.cpu_smoke:
@@ -356,7 +356,7 @@ def main() -> int:
         variants = tma_grid(shipped, half_head=(32 if on_cpu() else 64) // 2)
     if args.only:
         variants = {k: v for k, v in variants.items() if k in args.only.split(",")}
-    if args.tune_step and not args.only:
+    if args.tune_step and not (args.only or args.tma or args.focused):
         variants = {}
     jobs = [(name, cfg) for name, cfgs in variants.items() for cfg in cfgs]
     t0 = time.time()
