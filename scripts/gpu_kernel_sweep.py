@@ -183,9 +183,27 @@ STEP_SPACE: list[tuple[str, str, list]] = [
 ]
 
 
+# From a TMA sweep's best: which kernels keep TMA inside the PDL-overlapped step (each
+# swapped back to its shipped register-load config), under which shared-memory carveout.
+TMA_SPACE: list[tuple[str, str, list]] = [
+    ("settings", "carveout", [100, 50]),
+    ("lm_head", "config", ["shipped"]),
+    ("qkv", "config", ["shipped"]),
+    ("o", "config", ["shipped"]),
+    ("gate_up", "config", ["shipped"]),
+    ("settings", "carveout", [None, 100, 50, 0]),
+    ("attn", "block_l", [32]),
+    ("gate_up", "l2_prefetch", [0.0, 0.125]),
+    ("o", "l2_prefetch", [0.0, 1.0]),
+    ("settings", "pdl", [False]),
+]
+
+
 def _get(name: str, field: str):
     from ling_local.engines import triton_kernels as tk
 
+    if field == "config":
+        return tk.CONFIGS[name]
     if name == "settings":
         return getattr(tk.SETTINGS, field)
     table = tk.ATTN if name == "attn" else tk.CONFIGS
@@ -195,7 +213,9 @@ def _get(name: str, field: str):
 def _set(name: str, field: str, value) -> None:
     from ling_local.engines import triton_kernels as tk
 
-    if name == "settings":
+    if field == "config":
+        tk.CONFIGS[name] = tk.SHIPPED[name] if value == "shipped" else value
+    elif name == "settings":
         setattr(tk.SETTINGS, field, value)
     else:
         tk.set_config(name, **{field: value})
@@ -228,7 +248,8 @@ def tune_step(fx: Fixture, space=STEP_SPACE, reps: int = 200) -> dict:
             _set(name, field, keep)
     final = {n: asdict(c) for n, c in tk.CONFIGS.items()}
     final.update({n: asdict(c) for n, c in tk.ATTN.items()})
-    final.update(pdl=tk.SETTINGS.pdl, early_trigger=tk.SETTINGS.early_trigger)
+    final.update(pdl=tk.SETTINGS.pdl, early_trigger=tk.SETTINGS.early_trigger,
+                 carveout=tk.SETTINGS.carveout)  # fmt: skip
     return {"best_ms": best, "trail": trail, "configs": final}
 
 
@@ -316,6 +337,8 @@ def main() -> int:
     cli.add_argument(
         "--cpu-smoke", action="store_true", help="tiny shape, Triton's CPU interpreter (tests)"
     )
+    cli.add_argument("--space", choices=("step", "tma"), default="step",
+                     help="--tune-step's space: STEP_SPACE or TMA_SPACE")  # fmt: skip
     cli.add_argument(
         "--tma", action="store_true", help="sweep the TMA-descriptor variants (T = 1 GEMVs)"
     )
@@ -379,7 +402,9 @@ def main() -> int:
             smoke = [("o", "l2_prefetch", [1.0]), ("attn", "l2_prefetch", [True]),
                      ("settings", "early_trigger", [True])]  # fmt: skip
             result["tune_step"] = (
-                tune_step(fx, smoke, reps=5) if on_cpu() else tune_step(fx, reps=200)
+                tune_step(fx, smoke, reps=5)
+                if on_cpu()
+                else tune_step(fx, TMA_SPACE if args.space == "tma" else STEP_SPACE, reps=200)
             )
             (args.out / "best.json").write_text(
                 json.dumps(result["tune_step"]["configs"], indent=1)

@@ -45,6 +45,7 @@ The device code is in `triton_jit` (GEMVs, shared helpers) and `triton_attn`.
 
 from __future__ import annotations
 
+import ctypes
 import math
 import os
 from dataclasses import dataclass, field
@@ -64,6 +65,7 @@ from ling_local.engines.triton_setup import (
     ATTN,
     CONFIGS,
     SETTINGS,
+    SHIPPED,
     VERIFY_CONFIGS,
     AttnConfig,
     GemvConfig,
@@ -79,6 +81,7 @@ __all__ = [  # the settings are re-exported from triton_setup for the sweep scri
     "ATTN",
     "CONFIGS",
     "SETTINGS",
+    "SHIPPED",
     "VERIFY_CONFIGS",
     "AttnConfig",
     "GemvConfig",
@@ -125,6 +128,28 @@ def _tiles(name: str, t: int, k: int, max_block_n: int | None = None) -> dict:
 
 
 _DESCRIPTORS: dict[tuple, object] = {}
+_CARVED: set[tuple] = set()
+
+
+def _carve(compiled) -> None:
+    """Give a just-launched kernel the step's shared-memory carveout (`SETTINGS.carveout`),
+    once per compiled kernel; from its next launch on (the warm-up runs before a graph is
+    captured). Nothing in the interpreter or with the setting off."""
+    if SETTINGS.carveout is None or compiled is None:
+        return
+    fn = getattr(compiled, "function", None)
+    key = (fn, SETTINGS.carveout)
+    if not isinstance(fn, int) or key in _CARVED:
+        return
+    _CARVED.add(key)
+    err = _libcuda().cuFuncSetAttribute(ctypes.c_void_p(fn), 9, ctypes.c_int(SETTINGS.carveout))
+    if err:
+        raise RuntimeError(f"cuFuncSetAttribute(carveout={SETTINGS.carveout}) failed: {err}")
+
+
+@cache
+def _libcuda():
+    return ctypes.CDLL("libcuda.so.1")
 
 
 def _weights(weight: torch.Tensor, tiles: dict) -> torch.Tensor | object:
@@ -246,16 +271,20 @@ def gemv(
     tiles = _tiles(name, t, k)
     l2 = _l2(name, t, tiles["BLOCK_N"], k, weight, split)
     desc = _weights(weight, tiles)
-    _gemv_kernel[(triton.cdiv(n, tiles["BLOCK_N"]), split)](
-        x, weight, desc, out, out, part, x, x, x, x, x, x, t, n, k, eps, l2["l2_bytes"],
-        NORM=normed, RESIDUAL=residual is not None, SPLIT_K=split, ARGMAX=False,
-        CHAIN=False, L2=l2["L2"], ON_GPU=_on_gpu(x), **tiles, **launch,
+    _carve(
+        _gemv_kernel[(triton.cdiv(n, tiles["BLOCK_N"]), split)](
+            x, weight, desc, out, out, part, x, x, x, x, x, x, t, n, k, eps, l2["l2_bytes"],
+            NORM=normed, RESIDUAL=residual is not None, SPLIT_K=split, ARGMAX=False,
+            CHAIN=False, L2=l2["L2"], ON_GPU=_on_gpu(x), **tiles, **launch,
+        )
     )  # fmt: skip
     if split > 1:
         block = 1024
-        _splitk_reduce_kernel[(triton.cdiv(t * n, block),)](
-            part, out, out, t * n, RESIDUAL=residual is not None, SPLIT_K=split, BLOCK=block,
-            **launch,
+        _carve(
+            _splitk_reduce_kernel[(triton.cdiv(t * n, block),)](
+                part, out, out, t * n, RESIDUAL=residual is not None, SPLIT_K=split, BLOCK=block,
+                **launch,
+            )
         )  # fmt: skip
     return out
 
@@ -281,11 +310,13 @@ def lm_head_argmax(
     tiles = _tiles("lm_head", t, k)
     l2 = _l2("lm_head", t, tiles["BLOCK_N"], k, weight)
     desc = _weights(weight, tiles)
-    _gemv_kernel[(triton.cdiv(n, tiles["BLOCK_N"]), 1)](
-        x, weight, desc, logits, logits, logits, scratch.banned_mask(), keys, count, argmax,
-        tokens if chain else argmax, pos if chain else argmax, t, n, k, eps, l2["l2_bytes"],
-        NORM=True, RESIDUAL=False, SPLIT_K=1, ARGMAX=True, CHAIN=chain, L2=l2["L2"],
-        ON_GPU=_on_gpu(x), **tiles, **_launch(x),
+    _carve(
+        _gemv_kernel[(triton.cdiv(n, tiles["BLOCK_N"]), 1)](
+            x, weight, desc, logits, logits, logits, scratch.banned_mask(), keys, count, argmax,
+            tokens if chain else argmax, pos if chain else argmax, t, n, k, eps, l2["l2_bytes"],
+            NORM=True, RESIDUAL=False, SPLIT_K=1, ARGMAX=True, CHAIN=chain, L2=l2["L2"],
+            ON_GPU=_on_gpu(x), **tiles, **_launch(x),
+        )
     )  # fmt: skip
     return logits, argmax
 
@@ -299,10 +330,12 @@ def gate_up_silu(x: torch.Tensor, w13: torch.Tensor, eps: float) -> torch.Tensor
     tiles = _tiles("gate_up", t, k)
     l2 = _l2("gate_up", t, tiles["BLOCK_N"], k, w13)
     desc = _weights(w13, tiles)
-    _paired_gemv_kernel[(triton.cdiv(inter, tiles["BLOCK_N"]),)](
-        x, w13, desc, x, out, x, x, x, x, x, t, k, inter, eps, 0, l2["l2_bytes"],
-        ROPE_KV=False, HAS_BIAS=False, N_HEADS=1, N_KV=1, HEAD_DIM=2, L2=l2["L2"],
-        ON_GPU=_on_gpu(x), **tiles, **_launch(x),
+    _carve(
+        _paired_gemv_kernel[(triton.cdiv(inter, tiles["BLOCK_N"]),)](
+            x, w13, desc, x, out, x, x, x, x, x, t, k, inter, eps, 0, l2["l2_bytes"],
+            ROPE_KV=False, HAS_BIAS=False, N_HEADS=1, N_KV=1, HEAD_DIM=2, L2=l2["L2"],
+            ON_GPU=_on_gpu(x), **tiles, **_launch(x),
+        )
     )  # fmt: skip
     return out
 
@@ -331,11 +364,13 @@ def qkv_rope_kv(
     grid = ((n_heads + 2 * n_kv) * (head_dim // 2 // tiles["BLOCK_N"]),)
     l2 = _l2("qkv", t, tiles["BLOCK_N"], k, wqkv)
     desc = _weights(wqkv, tiles)
-    _paired_gemv_kernel[grid](
-        x, wqkv, desc, bias if bias is not None else x, q, k_cache, v_cache, cos, sin, pos,
-        t, k, 0, eps, k_cache.shape[1], l2["l2_bytes"],
-        ROPE_KV=True, HAS_BIAS=bias is not None, N_HEADS=n_heads, N_KV=n_kv,
-        HEAD_DIM=head_dim, L2=l2["L2"], ON_GPU=_on_gpu(x), **tiles, **_launch(x),
+    _carve(
+        _paired_gemv_kernel[grid](
+            x, wqkv, desc, bias if bias is not None else x, q, k_cache, v_cache, cos, sin, pos,
+            t, k, 0, eps, k_cache.shape[1], l2["l2_bytes"],
+            ROPE_KV=True, HAS_BIAS=bias is not None, N_HEADS=n_heads, N_KV=n_kv,
+            HEAD_DIM=head_dim, L2=l2["L2"], ON_GPU=_on_gpu(x), **tiles, **_launch(x),
+        )
     )  # fmt: skip
     return q
 
@@ -373,19 +408,23 @@ def decode_attention(
     fused = cfg.fused_reduce and t == 1
     out = q.new_empty((t, n_heads * head_dim))
     launch = _launch(q)
-    _attn_partial_kernel[(n_kv, splits)](
-        q, k_cache, v_cache, pos, m, l_sum, acc, count, out, t, k_cache.shape[1],
-        1.0 / math.sqrt(head_dim),
-        N_HEADS=n_heads, GROUP=group, HEAD_DIM=head_dim, SPLITS=splits, BLOCK_R=block_r,
-        BLOCK_L=block_l, BLOCK_S=_pow2(splits), FUSED_REDUCE=fused, USE_DOT=dot,
-        L2=cfg.l2_prefetch and (launch["USE_PDL"] > 0 or not _on_gpu(q)), ON_GPU=_on_gpu(q),
-        num_warps=warps,
-        **launch,
+    _carve(
+        _attn_partial_kernel[(n_kv, splits)](
+            q, k_cache, v_cache, pos, m, l_sum, acc, count, out, t, k_cache.shape[1],
+            1.0 / math.sqrt(head_dim),
+            N_HEADS=n_heads, GROUP=group, HEAD_DIM=head_dim, SPLITS=splits, BLOCK_R=block_r,
+            BLOCK_L=block_l, BLOCK_S=_pow2(splits), FUSED_REDUCE=fused, USE_DOT=dot,
+            L2=cfg.l2_prefetch and (launch["USE_PDL"] > 0 or not _on_gpu(q)), ON_GPU=_on_gpu(q),
+            num_warps=warps,
+            **launch,
+        )
     )  # fmt: skip
     if not fused:
-        _attn_reduce_kernel[(rows,)](
-            m, l_sum, acc, out, HEAD_DIM=head_dim, SPLITS=splits, BLOCK_S=_pow2(splits),
-            **launch,
+        _carve(
+            _attn_reduce_kernel[(rows,)](
+                m, l_sum, acc, out, HEAD_DIM=head_dim, SPLITS=splits, BLOCK_S=_pow2(splits),
+                **launch,
+            )
         )  # fmt: skip
     return out
 

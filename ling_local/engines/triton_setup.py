@@ -16,6 +16,7 @@ __all__ = [
     "ATTN",
     "CONFIGS",
     "SETTINGS",
+    "SHIPPED",
     "VERIFY_CONFIGS",
     "AttnConfig",
     "GemvConfig",
@@ -119,6 +120,11 @@ class Settings:
     early_trigger: bool = False
     """With PDL, let each kernel's successor launch at the kernel's start rather than after
     its wait: successors become resident (and prefetch) one kernel earlier."""
+    carveout: int | None = None
+    """The shared-memory carveout (percent of the unified L1/shared memory) every kernel of
+    the step asks for (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT); None: the
+    driver's choice per kernel. An SM runs CTAs of two kernels at once only under one
+    carveout, so kernels that differ (TMA rings vs register loads) cannot overlap."""
 
 
 SETTINGS = Settings()
@@ -131,6 +137,8 @@ def load_configs(path: str | os.PathLike) -> None:
     for name, fields in json.loads(Path(path).read_text()).items():
         if name in ("pdl", "early_trigger"):
             setattr(SETTINGS, name, bool(fields))
+        elif name == "carveout":
+            SETTINGS.carveout = None if fields is None else int(fields)
         else:
             apply_config(name, fields)
 
@@ -147,6 +155,9 @@ def apply_config(name: str, fields: dict) -> None:
     else:
         raise ValueError(f"unknown kernel {name!r}")
 
+
+SHIPPED = dict(CONFIGS)
+"""`CONFIGS` as shipped, before any override (the sweep compares against it)."""
 
 if os.environ.get("LING_LOCAL_TRITON_CONFIGS"):
     load_configs(os.environ["LING_LOCAL_TRITON_CONFIGS"])
