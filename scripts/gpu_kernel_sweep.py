@@ -199,6 +199,30 @@ TMA_SPACE: list[tuple[str, str, list]] = [
 ]
 
 
+# From the shipped configs: the TMA sweep's winners (docs/bench/kernel_sweep_tma_h200_run1.json)
+# kernel by kernel, the carveout they may need to overlap, the attention's tiles.
+_TMA = dict(split_k=1, prefetch=True, tma=True)
+FINAL_SPACE: list[tuple[str, str, list]] = [
+    ("lm_head", "config", [dict(_TMA, block_n=32, block_k=128, num_warps=2, num_stages=3)]),
+    (
+        "qkv",
+        "config",
+        [dict(_TMA, block_n=4, block_k=256, num_warps=2, num_stages=5, l2_prefetch=0.5)],
+    ),
+    (
+        "o",
+        "config",
+        [dict(_TMA, block_n=8, block_k=256, num_warps=2, num_stages=5, l2_prefetch=1.0)],
+    ),
+    ("settings", "carveout", [50]),
+    ("attn", "block_l", [16]),
+    ("attn", "l2_prefetch", [True]),
+    ("attn", "num_warps", [2]),
+    ("settings", "carveout", [None, 50]),
+]
+SPACES = {"step": STEP_SPACE, "tma": TMA_SPACE, "final": FINAL_SPACE}
+
+
 def _get(name: str, field: str):
     from ling_local.engines import triton_kernels as tk
 
@@ -214,7 +238,10 @@ def _set(name: str, field: str, value) -> None:
     from ling_local.engines import triton_kernels as tk
 
     if field == "config":
-        tk.CONFIGS[name] = tk.SHIPPED[name] if value == "shipped" else value
+        if value == "shipped":
+            tk.CONFIGS[name] = tk.SHIPPED[name]
+        else:
+            tk.CONFIGS[name] = value if isinstance(value, tk.GemvConfig) else tk.GemvConfig(**value)
     elif name == "settings":
         setattr(tk.SETTINGS, field, value)
     else:
@@ -337,8 +364,8 @@ def main() -> int:
     cli.add_argument(
         "--cpu-smoke", action="store_true", help="tiny shape, Triton's CPU interpreter (tests)"
     )
-    cli.add_argument("--space", choices=("step", "tma"), default="step",
-                     help="--tune-step's space: STEP_SPACE or TMA_SPACE")  # fmt: skip
+    cli.add_argument("--space", choices=("step", "tma", "final"), default="step",
+                     help="--tune-step's space: STEP_SPACE, TMA_SPACE or FINAL_SPACE")  # fmt: skip
     cli.add_argument(
         "--tma", action="store_true", help="sweep the TMA-descriptor variants (T = 1 GEMVs)"
     )
@@ -404,7 +431,7 @@ def main() -> int:
             result["tune_step"] = (
                 tune_step(fx, smoke, reps=5)
                 if on_cpu()
-                else tune_step(fx, TMA_SPACE if args.space == "tma" else STEP_SPACE, reps=200)
+                else tune_step(fx, SPACES[args.space], reps=200)
             )
             (args.out / "best.json").write_text(
                 json.dumps(result["tune_step"]["configs"], indent=1)

@@ -128,23 +128,23 @@ def _tiles(name: str, t: int, k: int, max_block_n: int | None = None) -> dict:
 
 
 _DESCRIPTORS: dict[tuple, object] = {}
-_CARVED: set[tuple] = set()
+_CARVED: dict[int, int] = {}
 
 
 def _carve(compiled) -> None:
-    """Give a just-launched kernel the step's shared-memory carveout (`SETTINGS.carveout`),
-    once per compiled kernel; from its next launch on (the warm-up runs before a graph is
-    captured). Nothing in the interpreter or with the setting off."""
-    if SETTINGS.carveout is None or compiled is None:
-        return
+    """Give a just-launched kernel the step's shared-memory carveout (`SETTINGS.carveout`,
+    None: -1, the driver's choice) when it has another; it applies from the kernel's next
+    launch on (the warm-up runs before a graph is captured). Nothing in the interpreter."""
     fn = getattr(compiled, "function", None)
-    key = (fn, SETTINGS.carveout)
-    if not isinstance(fn, int) or key in _CARVED:
+    if not isinstance(fn, int):
         return
-    _CARVED.add(key)
-    err = _libcuda().cuFuncSetAttribute(ctypes.c_void_p(fn), 9, ctypes.c_int(SETTINGS.carveout))
+    want = -1 if SETTINGS.carveout is None else SETTINGS.carveout
+    if _CARVED.get(fn, -1) == want:
+        return
+    err = _libcuda().cuFuncSetAttribute(ctypes.c_void_p(fn), 9, ctypes.c_int(want))
     if err:
-        raise RuntimeError(f"cuFuncSetAttribute(carveout={SETTINGS.carveout}) failed: {err}")
+        raise RuntimeError(f"cuFuncSetAttribute(carveout={want}) failed: {err}")
+    _CARVED[fn] = want
 
 
 @cache

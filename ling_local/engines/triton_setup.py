@@ -66,19 +66,21 @@ class AttnConfig:
 
 
 # The best of the sweeps on the H200 for Llama-3.2-1B (H 2048, I 8192, 32/8 heads of 64,
-# vocab 128256), scripts/gpu_kernel_sweep.py, docs/bench/kernel_sweep_h200_run3.json (the
-# attention's reduce fused: the whole step was faster with it, 0.956 vs 0.965 ms): CTAs per
-# launch in the comments.
+# vocab 128256), scripts/gpu_kernel_sweep.py: block sizes from the per-kernel sweep
+# (docs/bench/kernel_sweep_h200_run3.json), L2 prefetch fractions from the whole-step tune
+# (--tune-step, docs/bench/kernel_sweep_tune_h200_run1.json): CTAs per launch in the comments.
 CONFIGS: dict[str, GemvConfig] = {
     # 3072 rows -> 384 CTAs of 8 rows
-    "qkv": GemvConfig(block_n=4, block_k=512, num_warps=2, prefetch=False),
+    "qkv": GemvConfig(block_n=4, block_k=512, num_warps=2, prefetch=False, l2_prefetch=0.5),
     # 16384 rows -> 512 CTAs of 32 rows
     "gate_up": GemvConfig(block_n=16, block_k=128, num_warps=8),
     # 2048 rows -> 512 CTAs
     "o": GemvConfig(block_n=4, block_k=1024),
-    "down": GemvConfig(block_n=4, block_k=1024, num_warps=8),
+    "down": GemvConfig(block_n=4, block_k=1024, num_warps=8, l2_prefetch=0.25),
     # 128256 rows -> 8016 CTAs
-    "lm_head": GemvConfig(block_n=16, block_k=128, prefetch=False, num_stages=1),
+    "lm_head": GemvConfig(
+        block_n=16, block_k=128, prefetch=False, num_stages=1, l2_prefetch=0.0625
+    ),
 }
 ATTN = {"attn": AttnConfig(splits=32, block_l=32, num_warps=4, fused_reduce=True)}
 VERIFY_CONFIGS: dict[str, GemvConfig] = {
