@@ -66,9 +66,10 @@ class AttnConfig:
 
 
 # The best of the sweeps on the H200 for Llama-3.2-1B (H 2048, I 8192, 32/8 heads of 64,
-# vocab 128256), scripts/gpu_kernel_sweep.py: block sizes from the per-kernel sweep
-# (docs/bench/kernel_sweep_h200_run3.json), L2 prefetch fractions from the whole-step tune
-# (--tune-step, docs/bench/kernel_sweep_tune_h200_run1.json): CTAs per launch in the comments.
+# vocab 128256), scripts/gpu_kernel_sweep.py: block sizes from the per-kernel sweeps
+# (docs/bench/kernel_sweep_h200_run3.json, the head's from the TMA sweep), L2 prefetch
+# fractions from the whole-step tune (--tune-step, docs/bench/kernel_sweep_tune_h200_run1.json):
+# CTAs per launch in the comments.
 CONFIGS: dict[str, GemvConfig] = {
     # 3072 rows -> 384 CTAs of 8 rows
     "qkv": GemvConfig(block_n=4, block_k=512, num_warps=2, prefetch=False, l2_prefetch=0.5),
@@ -77,10 +78,11 @@ CONFIGS: dict[str, GemvConfig] = {
     # 2048 rows -> 512 CTAs
     "o": GemvConfig(block_n=4, block_k=1024),
     "down": GemvConfig(block_n=4, block_k=1024, num_warps=8, l2_prefetch=0.25),
-    # 128256 rows -> 8016 CTAs
-    "lm_head": GemvConfig(
-        block_n=16, block_k=128, prefetch=False, num_stages=1, l2_prefetch=0.0625
-    ),
+    # 128256 rows -> 4008 CTAs; TMA (docs/bench/kernel_sweep_tma_h200_run1.json: 126 us,
+    # 4.16 TB/s, vs 144 us with register loads; the step 0.943 -> 0.928 ms in
+    # docs/bench/kernel_sweep_final_h200_run1.json). The other kernels kept register loads:
+    # with TMA they were faster alone but slower inside the PDL-overlapped step.
+    "lm_head": GemvConfig(block_n=32, block_k=128, num_warps=2, num_stages=3, tma=True),
 }
 ATTN = {"attn": AttnConfig(splits=32, block_l=32, num_warps=4, fused_reduce=True)}
 VERIFY_CONFIGS: dict[str, GemvConfig] = {
