@@ -220,7 +220,19 @@ FINAL_SPACE: list[tuple[str, str, list]] = [
     ("attn", "num_warps", [2]),
     ("settings", "carveout", [None, 50]),
 ]
-SPACES = {"step": STEP_SPACE, "tma": TMA_SPACE, "final": FINAL_SPACE}
+# After a kernel change, around the shipped configs: the L2 fractions that depend on the
+# kernels' latency, and the head's register-load config against its TMA one.
+CHECK_SPACE: list[tuple[str, str, list]] = [
+    ("qkv", "l2_prefetch", [0.0, 1.0]),
+    ("o", "l2_prefetch", [0.5]),
+    ("down", "l2_prefetch", [0.0, 0.5]),
+    (
+        "lm_head",
+        "config",
+        [dict(block_n=16, block_k=128, prefetch=False, num_stages=1, l2_prefetch=0.0625)],
+    ),
+]
+SPACES = {"step": STEP_SPACE, "tma": TMA_SPACE, "final": FINAL_SPACE, "check": CHECK_SPACE}
 
 
 def _get(name: str, field: str):
@@ -364,8 +376,8 @@ def main() -> int:
     cli.add_argument(
         "--cpu-smoke", action="store_true", help="tiny shape, Triton's CPU interpreter (tests)"
     )
-    cli.add_argument("--space", choices=("step", "tma", "final"), default="step",
-                     help="--tune-step's space: STEP_SPACE, TMA_SPACE or FINAL_SPACE")  # fmt: skip
+    cli.add_argument("--space", choices=tuple(SPACES), default="step",
+                     help="--tune-step's space: STEP_SPACE, TMA_SPACE, FINAL_SPACE, CHECK_SPACE")  # fmt: skip
     cli.add_argument(
         "--tma", action="store_true", help="sweep the TMA-descriptor variants (T = 1 GEMVs)"
     )

@@ -5,8 +5,14 @@ are in `triton_kernels`, which documents the design. Imports triton: import it o
 
 The RMSNorm weights are folded into the matrices that follow them (`triton_setup.fold_norms`),
 so a normalising kernel streams raw x against its weights and scales each output by 1/rms
-in the epilogue: no per-element norm arithmetic in the loop, which otherwise made these
-kernels ALU-bound (measured: 1.8-3.6 TB/s).
+in the epilogue: no per-element norm arithmetic on the weights in the loop, which otherwise
+made these kernels ALU-bound (measured: 1.8-3.6 TB/s). The sum of squares comes from the x
+tiles the loop loads anyway.
+
+After the PDL wait a kernel's critical path is: the first x tile (an L2 round trip), the
+stream, the epilogue's store. Everything else is read before the wait when it is constant
+or written before the step (the banned mask, biases, the position and its RoPE rows) or
+in flight with the first x tile (the residual).
 
 Every kernel takes `USE_PDL`: launched with programmatic dependent launch (Hopper and
 later), a kernel starts while its predecessor drains, reads the bytes that do not depend on
@@ -102,20 +108,6 @@ def _mma(a, b, DT: tl.constexpr, ON_GPU: tl.constexpr):
         return tl.dot(a.to(DT), b.to(DT))
     else:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
-
-
-@triton.jit
-def _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T: tl.constexpr, BLOCK: tl.constexpr):
-    """1 / rms of each token row of x [T, K]; BLOCK >= K at T = 1, so one load (x is small
-    and L2-resident; every CTA recomputes it while its first weight tile is in flight)."""
-    ss = tl.zeros((BLOCK_T, BLOCK), tl.float32)
-    for k0 in range(0, K, BLOCK):
-        offs_k = k0 + tl.arange(0, BLOCK)
-        m = t_mask[:, None] & (offs_k[None, :] < K)
-        x = tl.load(x_ptr + offs_t[:, None] * K + offs_k[None, :], mask=m, other=0.0)
-        x = x.to(tl.float32)
-        ss += x * x
-    return tl.rsqrt(tl.sum(ss, axis=1) / K + eps)
 
 
 @triton.jit
@@ -222,7 +214,6 @@ def _gemv_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
-    RSTD_BLOCK: tl.constexpr,
     USE_DOT: tl.constexpr,
     PREFETCH: tl.constexpr,
     L2: tl.constexpr,
@@ -257,18 +248,24 @@ def _gemv_kernel(
         _l2_prefetch(w_ptr + (pid_n * BLOCK_N).to(tl.int64) * K, nbytes, ON_GPU)
     if PREFETCH and not TMA:  # the first weight tile does not depend on the previous kernel
         w = _w_tile(w_rows, k_start + tl.arange(0, BLOCK_K), n_mask, k_end)
+    offs = offs_t[:, None] * N + offs_n[None, :]
+    m = t_mask[:, None] & n_mask[None, :]
+    if ARGMAX:  # constant: read before the wait
+        banned = tl.load(banned_ptr + offs_n, mask=n_mask, other=1)
     _pdl_wait(USE_PDL)
-    rstd = tl.full((BLOCK_T,), 1.0, tl.float32)
-    if NORM:
-        rstd = _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T, RSTD_BLOCK)
+    if RESIDUAL and SPLIT_K == 1:  # in flight with the first x tile, not after the loop
+        res = tl.load(res_ptr + offs, mask=m, other=0.0).to(tl.float32)
     acc = tl.zeros((BLOCK_T, BLOCK_N, 1 if USE_DOT else BLOCK_K), tl.float32)
     acc_dot = tl.zeros((BLOCK_T, BLOCK_N), tl.float32)
+    ss = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)  # NORM: sum of squares of x, on the way
     if TMA:  # the descriptor zero-fills rows past N and columns past K
         for k0 in tl.range(k_start, k_start + k_len, BLOCK_K, num_stages=STAGES):
             offs_k = k0 + tl.arange(0, BLOCK_K)
             x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < k_end, K)
             w = w_desc.load([pid_n * BLOCK_N, k0])
             acc, acc_dot = _accumulate(acc, acc_dot, x, w, USE_DOT, DT, ON_GPU)
+            if NORM:
+                ss += x * x
     else:
         for k0 in range(k_start, k_start + k_len, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)
@@ -280,20 +277,21 @@ def _gemv_kernel(
             else:
                 w = _w_tile(w_rows, offs_k, n_mask, k_end)
             acc, acc_dot = _accumulate(acc, acc_dot, x, w, USE_DOT, DT, ON_GPU)
+            if NORM:
+                ss += x * x
             if PREFETCH:
                 w = w_next
     if USE_DOT:  # noqa: SIM108 (a constexpr branch; Triton compiles only one side)
         y = acc_dot
     else:
         y = tl.sum(acc, axis=2)
-    offs = offs_t[:, None] * N + offs_n[None, :]
-    m = t_mask[:, None] & n_mask[None, :]
     if SPLIT_K == 1:
-        y = _round(y * rstd[:, None], DT)
+        if NORM:
+            y = y * tl.rsqrt(tl.sum(ss, axis=1) / K + eps)[:, None]
+        y = _round(y, DT)
         if RESIDUAL:
-            y = _round(tl.load(res_ptr + offs, mask=m, other=0.0).to(tl.float32) + y, DT)
+            y = _round(res + y, DT)
         if ARGMAX:
-            banned = tl.load(banned_ptr + offs_n, mask=n_mask, other=1)
             y = tl.where((banned != 0)[None, :] | ~m, float("-inf"), y)
         tl.store(out_ptr + offs, y.to(DT), mask=m)
         if ARGMAX:
@@ -356,7 +354,6 @@ def _paired_gemv_kernel(
     BLOCK_T: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_K: tl.constexpr,
-    RSTD_BLOCK: tl.constexpr,
     USE_DOT: tl.constexpr,
     PREFETCH: tl.constexpr,
     L2: tl.constexpr,
@@ -412,8 +409,25 @@ def _paired_gemv_kernel(
     if PREFETCH and not TMA:  # the first weight tiles do not depend on the previous kernel
         wa = _w_tile(a_rows, tl.arange(0, BLOCK_K), n_mask, K)
         wb = _w_tile(b_rows, tl.arange(0, BLOCK_K), n_mask, K)
+    m2 = t_mask[:, None] & n_mask[None, :]
+    if HAS_BIAS:  # constant: read before the wait
+        bias_a = tl.load(bias_ptr + rows_a, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+        bias_b = tl.load(bias_ptr + rows_b, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+    if ROPE_KV:
+        # The position was written before the step (by the host, or the previous step's
+        # head: kernels that completed before this step's first one), the tables are
+        # constant: read before the wait, not after the loop.
+        pos = tl.load(pos_ptr)
+        p = pos + offs_t  # [BLOCK_T]
+        inside = m2 & (p < MAX_LEN)[:, None]  # a step replayed past the cache writes nothing
+        rot = inside & ((head + 0 * p)[:, None] < N_HEADS + N_KV)  # q and k heads rotate
+        c_off = p[:, None] * HEAD_DIM + dim_a[None, :]
+        cos_a = tl.load(cos_ptr + c_off, mask=rot, other=0.0).to(tl.float32)
+        sin_a = tl.load(sin_ptr + c_off, mask=rot, other=0.0).to(tl.float32)
+        cos_b = tl.load(cos_ptr + c_off + HALF, mask=rot, other=0.0).to(tl.float32)
+        sin_b = tl.load(sin_ptr + c_off + HALF, mask=rot, other=0.0).to(tl.float32)
     _pdl_wait(USE_PDL)
-    rstd = _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T, RSTD_BLOCK)
+    ss = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)  # sum of squares of x, on the way
     acc_a = tl.zeros((BLOCK_T, BLOCK_N, 1 if USE_DOT else BLOCK_K), tl.float32)
     acc_b = tl.zeros((BLOCK_T, BLOCK_N, 1 if USE_DOT else BLOCK_K), tl.float32)
     dot_a = tl.zeros((BLOCK_T, BLOCK_N), tl.float32)
@@ -428,6 +442,7 @@ def _paired_gemv_kernel(
             wb = w_desc.load([row_b, k0])
             acc_a, dot_a = _accumulate(acc_a, dot_a, x, wa, USE_DOT, DT, ON_GPU)
             acc_b, dot_b = _accumulate(acc_b, dot_b, x, wb, USE_DOT, DT, ON_GPU)
+            ss += x * x
     else:
         for k0 in range(0, K, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)
@@ -440,6 +455,7 @@ def _paired_gemv_kernel(
                 wb = _w_tile(b_rows, offs_k, n_mask, K)
             acc_a, dot_a = _accumulate(acc_a, dot_a, x, wa, USE_DOT, DT, ON_GPU)
             acc_b, dot_b = _accumulate(acc_b, dot_b, x, wb, USE_DOT, DT, ON_GPU)
+            ss += x * x
             if PREFETCH:
                 wa = wa_next
                 wb = wb_next
@@ -449,24 +465,16 @@ def _paired_gemv_kernel(
     else:
         a = tl.sum(acc_a, axis=2)
         b = tl.sum(acc_b, axis=2)
+    rstd = tl.rsqrt(tl.sum(ss, axis=1) / K + eps)
     a = a * rstd[:, None]
     b = b * rstd[:, None]
     if HAS_BIAS:
-        a += tl.load(bias_ptr + rows_a, mask=n_mask, other=0.0).to(tl.float32)[None, :]
-        b += tl.load(bias_ptr + rows_b, mask=n_mask, other=0.0).to(tl.float32)[None, :]
+        a += bias_a
+        b += bias_b
     a = _round(a, DT)
     b = _round(b, DT)
-    m2 = t_mask[:, None] & n_mask[None, :]
     if ROPE_KV:
-        pos = tl.load(pos_ptr)
-        p = pos + offs_t  # [BLOCK_T]
-        inside = m2 & (p < MAX_LEN)[:, None]  # a step replayed past the cache writes nothing
         if head < N_HEADS + N_KV:  # q or k: rotate (x * cos + rotate_half(x) * sin, rounded)
-            c_off = p[:, None] * HEAD_DIM + dim_a[None, :]
-            cos_a = tl.load(cos_ptr + c_off, mask=inside, other=0.0).to(tl.float32)
-            sin_a = tl.load(sin_ptr + c_off, mask=inside, other=0.0).to(tl.float32)
-            cos_b = tl.load(cos_ptr + c_off + HALF, mask=inside, other=0.0).to(tl.float32)
-            sin_b = tl.load(sin_ptr + c_off + HALF, mask=inside, other=0.0).to(tl.float32)
             ra = _round(_round(a * cos_a, DT) + _round(-b * sin_a, DT), DT)
             rb = _round(_round(b * cos_b, DT) + _round(a * sin_b, DT), DT)
             a, b = ra, rb

@@ -4,7 +4,8 @@ Five launches per layer and one for the output head, each built around what a ba
 decode step is: a stream of weight bytes that must never stop.
 
 The RMSNorm weights are folded into the matrices they feed (`fold_norms`, done once at load):
-a normalising kernel computes 1/rms(x) in its prologue and scales its sums by it.
+a normalising kernel sums the squares of the x tiles its loop loads anyway and scales its
+sums by 1/rms(x) in the epilogue (no second read of x, no barrier before the loop).
 
 * `_paired_gemv_kernel`: RMSNorm + a GEMV whose CTA owns two row blocks a fixed distance
   apart, so the epilogue can combine them:
@@ -119,9 +120,8 @@ def _tiles(name: str, t: int, k: int, max_block_n: int | None = None) -> dict:
         else:
             block_t = _pow2(t)
             block_k, dot = max(16, CONFIGS[name].block_k // block_t), False
-    rstd = min(_pow2(k), max(256, 4096 // block_t))
     return dict(
-        BLOCK_T=block_t, BLOCK_N=block_n, BLOCK_K=block_k, RSTD_BLOCK=rstd, USE_DOT=dot,
+        BLOCK_T=block_t, BLOCK_N=block_n, BLOCK_K=block_k, USE_DOT=dot,
         PREFETCH=cfg.prefetch, TMA=cfg.tma and t == 1, STAGES=cfg.num_stages,
         num_warps=cfg.num_warps, num_stages=cfg.num_stages,
     )  # fmt: skip
