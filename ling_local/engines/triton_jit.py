@@ -253,7 +253,7 @@ def _gemv_kernel(
     if ARGMAX:  # constant: read before the wait
         banned = tl.load(banned_ptr + offs_n, mask=n_mask, other=1)
     _pdl_wait(USE_PDL)
-    if RESIDUAL and SPLIT_K == 1:  # in flight with the first x tile, not after the loop
+    if RESIDUAL and SPLIT_K == 1 and not USE_DOT:  # in flight with the first x tile
         res = tl.load(res_ptr + offs, mask=m, other=0.0).to(tl.float32)
     acc = tl.zeros((BLOCK_T, BLOCK_N, 1 if USE_DOT else BLOCK_K), tl.float32)
     acc_dot = tl.zeros((BLOCK_T, BLOCK_N), tl.float32)
@@ -290,6 +290,8 @@ def _gemv_kernel(
             y = y * tl.rsqrt(tl.sum(ss, axis=1) / K + eps)[:, None]
         y = _round(y, DT)
         if RESIDUAL:
+            if USE_DOT:  # a verify: after the loop, as its registers are busier
+                res = tl.load(res_ptr + offs, mask=m, other=0.0).to(tl.float32)
             y = _round(res + y, DT)
         if ARGMAX:
             y = tl.where((banned != 0)[None, :] | ~m, float("-inf"), y)
@@ -422,10 +424,11 @@ def _paired_gemv_kernel(
         inside = m2 & (p < MAX_LEN)[:, None]  # a step replayed past the cache writes nothing
         rot = inside & ((head + 0 * p)[:, None] < N_HEADS + N_KV)  # q and k heads rotate
         c_off = p[:, None] * HEAD_DIM + dim_a[None, :]
-        cos_a = tl.load(cos_ptr + c_off, mask=rot, other=0.0).to(tl.float32)
-        sin_a = tl.load(sin_ptr + c_off, mask=rot, other=0.0).to(tl.float32)
-        cos_b = tl.load(cos_ptr + c_off + HALF, mask=rot, other=0.0).to(tl.float32)
-        sin_b = tl.load(sin_ptr + c_off + HALF, mask=rot, other=0.0).to(tl.float32)
+        if not USE_DOT:  # a verify loads them after its loop: its registers are busier
+            cos_a = tl.load(cos_ptr + c_off, mask=rot, other=0.0).to(tl.float32)
+            sin_a = tl.load(sin_ptr + c_off, mask=rot, other=0.0).to(tl.float32)
+            cos_b = tl.load(cos_ptr + c_off + HALF, mask=rot, other=0.0).to(tl.float32)
+            sin_b = tl.load(sin_ptr + c_off + HALF, mask=rot, other=0.0).to(tl.float32)
     _pdl_wait(USE_PDL)
     ss = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)  # sum of squares of x, on the way
     acc_a = tl.zeros((BLOCK_T, BLOCK_N, 1 if USE_DOT else BLOCK_K), tl.float32)
@@ -475,6 +478,11 @@ def _paired_gemv_kernel(
     b = _round(b, DT)
     if ROPE_KV:
         if head < N_HEADS + N_KV:  # q or k: rotate (x * cos + rotate_half(x) * sin, rounded)
+            if USE_DOT:
+                cos_a = tl.load(cos_ptr + c_off, mask=rot, other=0.0).to(tl.float32)
+                sin_a = tl.load(sin_ptr + c_off, mask=rot, other=0.0).to(tl.float32)
+                cos_b = tl.load(cos_ptr + c_off + HALF, mask=rot, other=0.0).to(tl.float32)
+                sin_b = tl.load(sin_ptr + c_off + HALF, mask=rot, other=0.0).to(tl.float32)
             ra = _round(_round(a * cos_a, DT) + _round(-b * sin_a, DT), DT)
             rb = _round(_round(b * cos_b, DT) + _round(a * sin_b, DT), DT)
             a, b = ra, rb

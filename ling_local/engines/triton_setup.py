@@ -68,8 +68,8 @@ class AttnConfig:
 # The best of the sweeps on the H200 for Llama-3.2-1B (H 2048, I 8192, 32/8 heads of 64,
 # vocab 128256), scripts/gpu_kernel_sweep.py: block sizes from the per-kernel sweeps
 # (docs/bench/kernel_sweep_h200_run3.json, the head's from the TMA sweep), L2 prefetch
-# fractions from the whole-step tune (--tune-step, docs/bench/kernel_sweep_tune_h200_run1.json):
-# CTAs per launch in the comments.
+# fractions from the whole-step tunes (--tune-step, docs/bench/kernel_sweep_tune_h200_run1.json
+# and kernel_sweep_check_h200_run1.json): CTAs per launch in the comments.
 CONFIGS: dict[str, GemvConfig] = {
     # 3072 rows -> 384 CTAs of 8 rows
     "qkv": GemvConfig(block_n=4, block_k=512, num_warps=2, prefetch=False, l2_prefetch=0.5),
@@ -77,7 +77,7 @@ CONFIGS: dict[str, GemvConfig] = {
     "gate_up": GemvConfig(block_n=16, block_k=128, num_warps=8),
     # 2048 rows -> 512 CTAs
     "o": GemvConfig(block_n=4, block_k=1024),
-    "down": GemvConfig(block_n=4, block_k=1024, num_warps=8, l2_prefetch=0.25),
+    "down": GemvConfig(block_n=4, block_k=1024, num_warps=8),
     # 128256 rows -> 4008 CTAs; TMA (docs/bench/kernel_sweep_tma_h200_run1.json: 126 us,
     # 4.16 TB/s, vs 144 us with register loads; the step 0.943 -> 0.928 ms in
     # docs/bench/kernel_sweep_final_h200_run1.json). The other kernels kept register loads:
