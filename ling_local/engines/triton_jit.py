@@ -6,8 +6,8 @@ are in `triton_kernels`, which documents the design. Imports triton: import it o
 The RMSNorm weights are folded into the matrices that follow them (`triton_setup.fold_norms`),
 so a normalising kernel streams raw x against its weights and scales each output by 1/rms
 in the epilogue: no per-element norm arithmetic on the weights in the loop, which otherwise
-made these kernels ALU-bound (measured: 1.8-3.6 TB/s). The sum of squares comes from the x
-tiles the loop loads anyway.
+made these kernels ALU-bound (measured: 1.8-3.6 TB/s). At T = 1 the sum of squares comes
+from the x tiles the loop loads anyway; a verify (T > 1) reads x in a pass of its own.
 
 After the PDL wait a kernel's critical path is: the first x tile (an L2 round trip), the
 stream, the epilogue's store. Everything else is read before the wait when it is constant
@@ -108,6 +108,22 @@ def _mma(a, b, DT: tl.constexpr, ON_GPU: tl.constexpr):
         return tl.dot(a.to(DT), b.to(DT))
     else:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+
+
+@triton.jit
+def _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T: tl.constexpr):
+    """1 / rms of each token row of x [T, K], read in a pass of its own: the verify's
+    (T > 1) tensor-core loops, where summing squares of the dot operands on the way costs
+    more than this pass (measured on the H200: the T = 9 step 1.49 -> 2.05 ms)."""
+    BLOCK: tl.constexpr = 4096 // BLOCK_T
+    ss = tl.zeros((BLOCK_T, BLOCK), tl.float32)
+    for k0 in range(0, K, BLOCK):
+        offs_k = k0 + tl.arange(0, BLOCK)
+        m = t_mask[:, None] & (offs_k[None, :] < K)
+        x = tl.load(x_ptr + offs_t[:, None] * K + offs_k[None, :], mask=m, other=0.0)
+        x = x.to(tl.float32)
+        ss += x * x
+    return tl.rsqrt(tl.sum(ss, axis=1) / K + eps)
 
 
 @triton.jit
@@ -257,14 +273,16 @@ def _gemv_kernel(
         res = tl.load(res_ptr + offs, mask=m, other=0.0).to(tl.float32)
     acc = tl.zeros((BLOCK_T, BLOCK_N, 1 if USE_DOT else BLOCK_K), tl.float32)
     acc_dot = tl.zeros((BLOCK_T, BLOCK_N), tl.float32)
-    ss = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)  # NORM: sum of squares of x, on the way
+    if NORM and USE_DOT:
+        rstd = _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T)
+    ss = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)  # NORM at T = 1: sum of squares on the way
     if TMA:  # the descriptor zero-fills rows past N and columns past K
         for k0 in tl.range(k_start, k_start + k_len, BLOCK_K, num_stages=STAGES):
             offs_k = k0 + tl.arange(0, BLOCK_K)
             x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < k_end, K)
             w = w_desc.load([pid_n * BLOCK_N, k0])
             acc, acc_dot = _accumulate(acc, acc_dot, x, w, USE_DOT, DT, ON_GPU)
-            if NORM:
+            if NORM and not USE_DOT:
                 ss += x * x
     else:
         for k0 in range(k_start, k_start + k_len, BLOCK_K):
@@ -277,7 +295,7 @@ def _gemv_kernel(
             else:
                 w = _w_tile(w_rows, offs_k, n_mask, k_end)
             acc, acc_dot = _accumulate(acc, acc_dot, x, w, USE_DOT, DT, ON_GPU)
-            if NORM:
+            if NORM and not USE_DOT:
                 ss += x * x
             if PREFETCH:
                 w = w_next
@@ -286,7 +304,9 @@ def _gemv_kernel(
     else:
         y = tl.sum(acc, axis=2)
     if SPLIT_K == 1:
-        if NORM:
+        if NORM and USE_DOT:
+            y = y * rstd[:, None]
+        elif NORM:
             y = y * tl.rsqrt(tl.sum(ss, axis=1) / K + eps)[:, None]
         y = _round(y, DT)
         if RESIDUAL:
@@ -430,7 +450,9 @@ def _paired_gemv_kernel(
             cos_b = tl.load(cos_ptr + c_off + HALF, mask=rot, other=0.0).to(tl.float32)
             sin_b = tl.load(sin_ptr + c_off + HALF, mask=rot, other=0.0).to(tl.float32)
     _pdl_wait(USE_PDL)
-    ss = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)  # sum of squares of x, on the way
+    if USE_DOT:
+        rstd = _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T)
+    ss = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)  # T = 1: sum of squares of x, on the way
     acc_a = tl.zeros((BLOCK_T, BLOCK_N, 1 if USE_DOT else BLOCK_K), tl.float32)
     acc_b = tl.zeros((BLOCK_T, BLOCK_N, 1 if USE_DOT else BLOCK_K), tl.float32)
     dot_a = tl.zeros((BLOCK_T, BLOCK_N), tl.float32)
@@ -445,7 +467,8 @@ def _paired_gemv_kernel(
             wb = w_desc.load([row_b, k0])
             acc_a, dot_a = _accumulate(acc_a, dot_a, x, wa, USE_DOT, DT, ON_GPU)
             acc_b, dot_b = _accumulate(acc_b, dot_b, x, wb, USE_DOT, DT, ON_GPU)
-            ss += x * x
+            if not USE_DOT:
+                ss += x * x
     else:
         for k0 in range(0, K, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)
@@ -458,7 +481,8 @@ def _paired_gemv_kernel(
                 wb = _w_tile(b_rows, offs_k, n_mask, K)
             acc_a, dot_a = _accumulate(acc_a, dot_a, x, wa, USE_DOT, DT, ON_GPU)
             acc_b, dot_b = _accumulate(acc_b, dot_b, x, wb, USE_DOT, DT, ON_GPU)
-            ss += x * x
+            if not USE_DOT:
+                ss += x * x
             if PREFETCH:
                 wa = wa_next
                 wb = wb_next
@@ -468,7 +492,8 @@ def _paired_gemv_kernel(
     else:
         a = tl.sum(acc_a, axis=2)
         b = tl.sum(acc_b, axis=2)
-    rstd = tl.rsqrt(tl.sum(ss, axis=1) / K + eps)
+    if not USE_DOT:
+        rstd = tl.rsqrt(tl.sum(ss, axis=1) / K + eps)
     a = a * rstd[:, None]
     b = b * rstd[:, None]
     if HAS_BIAS:
