@@ -37,6 +37,7 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 from kernel_fixture import MAX_LEN, Fixture, bandwidth, graph_ms, on_cpu  # noqa: E402
 from kernel_grid import focused, grid, tma_grid  # noqa: E402  (beside this script)
+from kernel_tune import SPACES, step_ms, tune_step  # noqa: E402
 
 
 # --------------------------------------------------------------------------- workers
@@ -129,176 +130,10 @@ def sweep(fx: Fixture, variants: dict[str, list[dict]], failed: set[str]) -> dic
     return results
 
 
-def step_ms(fx: Fixture, t: int, kernels: str, reps: int = 60) -> float:
-    """Median time of one replay of the captured T-token step (5 batches of reps / 5)."""
-    from ling_local.engines.cuda_graphs import GraphStep
-
-    if on_cpu():
-        reps = 5
-    start = len(fx.prompt)
-    step = GraphStep(fx.w, fx.slot, t, MAX_LEN, kernels=kernels)
-    step.load(fx.prompt[-t:], start)
-    for _ in range(3):
-        step.replay()
-    if on_cpu():
-        fx.slot.graphs.clear()
-        return 0.0
-    torch.cuda.synchronize()
-    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    times = []
-    for _ in range(5):
-        step.load(fx.prompt[-t:], start)
-        a.record()
-        for _ in range(reps // 5):
-            step.replay()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / (reps // 5))
-    fx.slot.graphs.clear()
-    return round(statistics.median(times), 4)
-
-
-# The whole-step search (--tune-step): what a kernel's own timing cannot show, because it
-# is about kernels overlapping (the L2 prefetch of the next kernel's weights while this one
-# runs, the successor's launch point, register footprints that let CTAs of two kernels
-# share an SM). Coordinate descent in this order, each value kept if the step gets faster.
-STEP_SPACE: list[tuple[str, str, list]] = [
-    ("attn", "block_l", [16]),
-    ("attn", "num_warps", [8]),
-    ("attn", "l2_prefetch", [True]),
-    ("o", "l2_prefetch", [0.5, 1.0]),
-    ("qkv", "l2_prefetch", [0.5, 1.0]),
-    ("gate_up", "l2_prefetch", [0.125, 0.25, 0.5]),
-    ("down", "l2_prefetch", [0.125, 0.25, 0.5]),
-    ("lm_head", "l2_prefetch", [0.0625, 0.125]),
-    ("settings", "early_trigger", [True]),
-    ("o", "l2_prefetch", [0.5, 1.0]),
-    ("qkv", "l2_prefetch", [0.5, 1.0]),
-    ("gate_up", "l2_prefetch", [0.0, 0.125, 0.25, 0.5]),
-    ("down", "l2_prefetch", [0.0, 0.125, 0.25, 0.5]),
-    ("attn", "splits", [16]),
-    ("o", "block_n", [8]),
-    ("qkv", "block_n", [8]),
-    ("down", "block_n", [8]),
-]
-
-
-# From a TMA sweep's best: which kernels keep TMA inside the PDL-overlapped step (each
-# swapped back to its shipped register-load config), under which shared-memory carveout.
-TMA_SPACE: list[tuple[str, str, list]] = [
-    ("settings", "carveout", [100, 50]),
-    ("lm_head", "config", ["shipped"]),
-    ("qkv", "config", ["shipped"]),
-    ("o", "config", ["shipped"]),
-    ("gate_up", "config", ["shipped"]),
-    ("settings", "carveout", [None, 100, 50, 0]),
-    ("attn", "block_l", [32]),
-    ("gate_up", "l2_prefetch", [0.0, 0.125]),
-    ("o", "l2_prefetch", [0.0, 1.0]),
-    ("settings", "pdl", [False]),
-]
-
-
-# From the shipped configs: the TMA sweep's winners (docs/bench/kernel_sweep_tma_h200_run1.json)
-# kernel by kernel, the carveout they may need to overlap, the attention's tiles.
-_TMA = dict(split_k=1, prefetch=True, tma=True)
-FINAL_SPACE: list[tuple[str, str, list]] = [
-    ("lm_head", "config", [dict(_TMA, block_n=32, block_k=128, num_warps=2, num_stages=3)]),
-    (
-        "qkv",
-        "config",
-        [dict(_TMA, block_n=4, block_k=256, num_warps=2, num_stages=5, l2_prefetch=0.5)],
-    ),
-    (
-        "o",
-        "config",
-        [dict(_TMA, block_n=8, block_k=256, num_warps=2, num_stages=5, l2_prefetch=1.0)],
-    ),
-    ("settings", "carveout", [50]),
-    ("attn", "block_l", [16]),
-    ("attn", "l2_prefetch", [True]),
-    ("attn", "num_warps", [2]),
-    ("settings", "carveout", [None, 50]),
-]
-# After a kernel change, around the shipped configs: the L2 fractions that depend on the
-# kernels' latency, and the head's register-load config against its TMA one.
-CHECK_SPACE: list[tuple[str, str, list]] = [
-    ("qkv", "l2_prefetch", [0.0, 1.0]),
-    ("o", "l2_prefetch", [0.5]),
-    ("down", "l2_prefetch", [0.0, 0.5]),
-    (
-        "lm_head",
-        "config",
-        [dict(block_n=16, block_k=128, prefetch=False, num_stages=1, l2_prefetch=0.0625)],
-    ),
-]
-SPACES = {"step": STEP_SPACE, "tma": TMA_SPACE, "final": FINAL_SPACE, "check": CHECK_SPACE}
-
-
-def _get(name: str, field: str):
-    from ling_local.engines import triton_kernels as tk
-
-    if field == "config":
-        return tk.CONFIGS[name]
-    if name == "settings":
-        return getattr(tk.SETTINGS, field)
-    table = tk.ATTN if name == "attn" else tk.CONFIGS
-    return getattr(table[name], field)
-
-
-def _set(name: str, field: str, value) -> None:
-    from ling_local.engines import triton_kernels as tk
-
-    if field == "config":
-        if value == "shipped":
-            tk.CONFIGS[name] = tk.SHIPPED[name]
-        else:
-            tk.CONFIGS[name] = value if isinstance(value, tk.GemvConfig) else tk.GemvConfig(**value)
-    elif name == "settings":
-        setattr(tk.SETTINGS, field, value)
-    else:
-        tk.set_config(name, **{field: value})
-
-
-def tune_step(fx: Fixture, space=STEP_SPACE, reps: int = 200) -> dict:
-    """Coordinate descent on the T = 1 step's time over `space`; a value is kept when the
-    step is at least 0.2 % faster. Returns the trail and the final configs."""
-    from dataclasses import asdict
-
-    from ling_local.engines import triton_kernels as tk
-
-    best = step_ms(fx, 1, "triton", reps)
-    trail = [{"start": best}]
-    print(f"  tune start {best} ms", flush=True)
-    for name, field, values in space:
-        keep = _get(name, field)
-        for value in values:
-            if value == keep:
-                continue
-            _set(name, field, value)
-            try:
-                ms = step_ms(fx, 1, "triton", reps)
-            except Exception as err:
-                ms = f"failed: {type(err).__name__}: {str(err)[:200]}"
-            trail.append({"kernel": name, field: value, "ms": ms})
-            print(f"  tune {name}.{field}={value}: {ms} (best {best})", flush=True)
-            if isinstance(ms, float) and ms < best * 0.998:
-                best, keep = ms, value
-            _set(name, field, keep)
-    final = {n: asdict(c) for n, c in tk.CONFIGS.items()}
-    final.update({n: asdict(c) for n, c in tk.ATTN.items()})
-    final.update(pdl=tk.SETTINGS.pdl, early_trigger=tk.SETTINGS.early_trigger,
-                 carveout=tk.SETTINGS.carveout)  # fmt: skip
-    return {"best_ms": best, "trail": trail, "configs": final}
-
-
 def step_times(fx: Fixture) -> dict:
     from ling_local.engines import triton_kernels as tk
 
     out = {}
-
-    def timed(t: int, kernels: str) -> float:
-        return step_ms(fx, t, kernels)
 
     attn, pdl_ok = tk.ATTN["attn"], tk.SETTINGS.pdl
     for label, pdl, fused in (
@@ -309,7 +144,7 @@ def step_times(fx: Fixture) -> dict:
         tk.SETTINGS.pdl = pdl
         tk.ATTN["attn"] = replace(attn, fused_reduce=fused)
         try:
-            out[label] = timed(1, "triton")
+            out[label] = step_ms(fx, 1, "triton")
         except Exception as err:
             out[label] = f"failed: {type(err).__name__}: {str(err)[:200]}"
         print(f"  step T=1 {label}: {out[label]}", flush=True)
@@ -318,7 +153,7 @@ def step_times(fx: Fixture) -> dict:
     for label, t, kernels in (("torch graph", 1, "torch"), ("triton T=9", 9, "triton"),
                               ("torch graph T=9", 9, "torch")):  # fmt: skip
         try:
-            out[label] = timed(t, kernels)
+            out[label] = step_ms(fx, t, kernels)
         except Exception as err:
             out[label] = f"failed: {type(err).__name__}: {str(err)[:200]}"
         print(f"  step {label}: {out[label]}", flush=True)
@@ -377,7 +212,7 @@ def main() -> int:
         "--cpu-smoke", action="store_true", help="tiny shape, Triton's CPU interpreter (tests)"
     )
     cli.add_argument("--space", choices=tuple(SPACES), default="step",
-                     help="--tune-step's space: STEP_SPACE, TMA_SPACE, FINAL_SPACE, CHECK_SPACE")  # fmt: skip
+                     help="--tune-step's space (kernel_tune.SPACES)")  # fmt: skip
     cli.add_argument(
         "--tma", action="store_true", help="sweep the TMA-descriptor variants (T = 1 GEMVs)"
     )
@@ -414,7 +249,7 @@ def main() -> int:
 
         from ling_local.engines import triton_setup
 
-        shipped = {n: asdict(c) for n, c in triton_setup.CONFIGS.items()}
+        shipped = {n: asdict(c) for n, c in triton_setup.SHIPPED.items()}
         variants = tma_grid(shipped, half_head=(32 if on_cpu() else 64) // 2)
     if args.only:
         variants = {k: v for k, v in variants.items() if k in args.only.split(",")}

@@ -1,14 +1,14 @@
 """The Triton decode step's attention kernels (device code only): flash-decoding over the
 slot's KV cache, split over the live context, the splits combined by the last CTA of each kv
 head (or by a second launch). Launched by `triton_kernels.decode_attention`; the shared helpers
-(PDL wait, the CTA ticket, rounding, the tensor-core product) are in `triton_jit`."""
+(PDL wait, the CTA ticket, rounding, the tensor-core product) are in `triton_common`."""
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-from ling_local.engines.triton_jit import (
+from ling_local.engines.triton_common import (
     _l2_prefetch,
     _mma,
     _pdl_start,

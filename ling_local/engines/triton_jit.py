@@ -1,7 +1,7 @@
-"""The Triton kernels of the GPU decode step's GEMVs and the helpers its kernels share
-(device code only; the attention is in `triton_attn`); their launchers and the step function
-are in `triton_kernels`, which documents the design. Imports triton: import it only when
-`engine.kernels = "triton"` asks for it.
+"""The Triton kernels of the GPU decode step's GEMVs (device code only; the shared helpers
+are in `triton_common`, the attention in `triton_attn`); their launchers and the step
+function are in `triton_kernels`, which documents the design. Imports triton: import it only
+when `engine.kernels = "triton"` asks for it.
 
 The RMSNorm weights are folded into the matrices that follow them (`triton_setup.fold_norms`),
 so a normalising kernel streams raw x against its weights and scales each output by 1/rms
@@ -12,152 +12,26 @@ from the x tiles the loop loads anyway; a verify (T > 1) reads x in a pass of it
 After the PDL wait a kernel's critical path is: the first x tile (an L2 round trip), the
 stream, the epilogue's store. Everything else is read before the wait when it is constant
 or written before the step (the banned mask, biases, the position and its RoPE rows) or
-in flight with the first x tile (the residual).
-
-Every kernel takes `USE_PDL`: launched with programmatic dependent launch (Hopper and
-later), a kernel starts while its predecessor drains, reads the bytes that do not depend on
-it (its first weight tile) and only then waits (`griddepcontrol.wait`) for the
-predecessor's results. Everything a kernel writes, and every activation it reads, comes
-after that wait. With `L2` a GEMV also asks the L2 for the first part of its weight slice
-before the wait (`_l2_prefetch`): while the previous kernel is latency-bound (attention, a
-small projection) the memory system streams the next kernel's weights instead of idling.
-USE_PDL = 2 lets the next kernel launch at the very start of this one (not after the wait),
-so the kernels after it become resident, and prefetch, earlier."""
+in flight with the first x tile (the residual)."""
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
-_MIN_KEY = tl.constexpr(-(2**63))
-
-
-@triton.jit
-def _pdl_start(USE_PDL: tl.constexpr):
-    """At a kernel's start: with USE_PDL = 2 let the next kernel launch now (it reads
-    nothing this one writes before its own wait)."""
-    if USE_PDL == 2:
-        tl.extra.cuda.gdc_launch_dependents()
-
-
-@triton.jit
-def _pdl_wait(USE_PDL: tl.constexpr):
-    """Wait for the previous kernel's results; with USE_PDL = 1 then let the next kernel
-    start launching."""
-    if USE_PDL:
-        tl.extra.cuda.gdc_wait()
-    if USE_PDL == 1:
-        tl.extra.cuda.gdc_launch_dependents()
-
-
-_PREFETCH_ASM = tl.constexpr(
-    "{ .reg .pred p; .reg .u32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; "
-    "@p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }"
+from ling_local.engines.triton_common import (
+    _accumulate,
+    _l2_prefetch,
+    _load_x,
+    _pdl_start,
+    _pdl_wait,
+    _round,
+    _rstd,
+    _ticket,
+    _w_tile,
 )
 
-
-@triton.jit
-def _l2_prefetch(ptr, nbytes, ON_GPU: tl.constexpr):
-    """Ask the L2 for `nbytes` (a multiple of 16) from `ptr` (16-byte aligned): Hopper's
-    bulk prefetch, issued by thread 0 alone in pieces of 32 KiB. Holds no registers and
-    writes nothing; a no-op in Triton's CPU interpreter."""
-    if ON_GPU:
-        base = ptr.to(tl.pointer_type(tl.int8))
-        for off in range(0, nbytes, 32768):
-            size = tl.minimum(nbytes - off, 32768)
-            tl.inline_asm_elementwise(
-                _PREFETCH_ASM,
-                "=r,l,r",
-                [base + off + tl.zeros((1,), tl.int32), size + tl.zeros((1,), tl.int32)],
-                dtype=tl.int32,
-                is_pure=False,
-                pack=1,
-            )
-
-
-@triton.jit
-def _ticket(count_ptr, ON_GPU: tl.constexpr):
-    """This CTA's place among the CTAs sharing `count_ptr` (0 first), after its own global
-    writes are visible to them: CUTLASS's semaphore pattern (barrier, one release/acquire
-    atomic). The last CTA to arrive owns the combined result."""
-    if ON_GPU:
-        tl.inline_asm_elementwise(
-            "fence.acq_rel.gpu; mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False, pack=1
-        )
-    tl.debug_barrier()
-    return tl.atomic_add(count_ptr, 1, sem="acq_rel", scope="gpu")
-
-
-@triton.jit
-def _round(x, dtype: tl.constexpr):
-    """x (fp32) rounded to the model dtype, kept in fp32. For bf16 round-to-nearest-even by
-    hand: what the GPU's cvt does, while Triton's CPU interpreter truncates on `.to`."""
-    if dtype == tl.bfloat16:
-        bits = x.to(tl.uint32, bitcast=True)
-        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
-        return bits.to(tl.float32, bitcast=True)
-    else:
-        return x.to(dtype).to(tl.float32)
-
-
-@triton.jit
-def _mma(a, b, DT: tl.constexpr, ON_GPU: tl.constexpr):
-    """a [M, K] @ b [K, N] on the tensor cores, operands in the model dtype, fp32 out.
-    Triton's CPU interpreter has no bf16 matmul: there the same products in fp32."""
-    if ON_GPU:
-        return tl.dot(a.to(DT), b.to(DT))
-    else:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
-
-
-@triton.jit
-def _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T: tl.constexpr):
-    """1 / rms of each token row of x [T, K], read in a pass of its own: the verify's
-    (T > 1) tensor-core loops, where summing squares of the dot operands on the way costs
-    more than this pass (measured on the H200: the T = 9 step 1.49 -> 2.05 ms)."""
-    BLOCK: tl.constexpr = 4096 // BLOCK_T
-    ss = tl.zeros((BLOCK_T, BLOCK), tl.float32)
-    for k0 in range(0, K, BLOCK):
-        offs_k = k0 + tl.arange(0, BLOCK)
-        m = t_mask[:, None] & (offs_k[None, :] < K)
-        x = tl.load(x_ptr + offs_t[:, None] * K + offs_k[None, :], mask=m, other=0.0)
-        x = x.to(tl.float32)
-        ss += x * x
-    return tl.rsqrt(tl.sum(ss, axis=1) / K + eps)
-
-
-@triton.jit
-def _load_x(x_ptr, offs_t, t_mask, offs_k, k_mask, K):
-    """A [T, BLOCK_K] slice of the input, in fp32."""
-    return tl.load(
-        x_ptr + offs_t[:, None] * K + offs_k[None, :],
-        mask=t_mask[:, None] & k_mask[None, :],
-        other=0.0,
-        eviction_policy="evict_last",
-    ).to(tl.float32)
-
-
-@triton.jit
-def _w_tile(rows, offs_k, n_mask, k_end):
-    """A [rows, BLOCK_K] tile of weights, streamed past the cache (read once a step)."""
-    return tl.load(
-        rows + offs_k[None, :],
-        mask=n_mask[:, None] & (offs_k[None, :] < k_end),
-        other=0.0,
-        eviction_policy="evict_first",
-    )
-
-
-@triton.jit
-def _accumulate(acc, acc_dot, x, w, USE_DOT: tl.constexpr, DT: tl.constexpr, ON_GPU: tl.constexpr):
-    """x [T, BLOCK_K] times a weight tile w [BLOCK_N, BLOCK_K] into the running sums: T = 1
-    broadcast-and-add into [T, BLOCK_N, BLOCK_K] (reduced once at the end); a verify's
-    padded T on the tensor cores into [T, BLOCK_N]."""
-    if USE_DOT:
-        acc_dot += _mma(x, tl.trans(w), DT, ON_GPU)
-    else:
-        acc += x[:, None, :] * w.to(tl.float32)[None, :, :]
-    return acc, acc_dot
+_MIN_KEY = tl.constexpr(-(2**63))
 
 
 @triton.jit
@@ -351,6 +225,16 @@ def _splitk_reduce_kernel(
 
 
 @triton.jit
+def _rope_rows(cos_ptr, sin_ptr, c_off, mask, HALF: tl.constexpr):
+    """cos and sin at a block's dims (a) and the dims HALF further (b), in fp32."""
+    cos_a = tl.load(cos_ptr + c_off, mask=mask, other=0.0).to(tl.float32)
+    sin_a = tl.load(sin_ptr + c_off, mask=mask, other=0.0).to(tl.float32)
+    cos_b = tl.load(cos_ptr + c_off + HALF, mask=mask, other=0.0).to(tl.float32)
+    sin_b = tl.load(sin_ptr + c_off + HALF, mask=mask, other=0.0).to(tl.float32)
+    return cos_a, sin_a, cos_b, sin_b
+
+
+@triton.jit
 def _paired_gemv_kernel(
     x_ptr,
     w_ptr,
@@ -406,28 +290,25 @@ def _paired_gemv_kernel(
         per_head: tl.constexpr = HALF // BLOCK_N
         head = pid // per_head
         dim_a = (pid % per_head) * BLOCK_N + lane
-        rows_a = head * HEAD_DIM + dim_a
-        rows_b = rows_a + HALF
+        first_a = head * HEAD_DIM + (pid % per_head) * BLOCK_N
+        gap = HALF
         n_mask = lane < BLOCK_N
     else:
-        rows_a = pid * BLOCK_N + lane
-        rows_b = rows_a + N_OUT
-        n_mask = rows_a < N_OUT
+        first_a = pid * BLOCK_N
+        gap = N_OUT
+        n_mask = first_a + lane < N_OUT
+    rows_a = first_a + lane  # each block's rows are consecutive
+    rows_b = rows_a + gap
     a_rows = w_ptr + rows_a.to(tl.int64)[:, None] * K
     b_rows = w_ptr + rows_b.to(tl.int64)[:, None] * K
-    if L2:
-        if ROPE_KV:  # each block's rows are consecutive, b = a + gap
-            first = head * HEAD_DIM + (pid % per_head) * BLOCK_N
-            rows_here = first * 0 + BLOCK_N
-            gap = HALF
-        else:
-            first = pid * BLOCK_N
-            rows_here = tl.minimum(BLOCK_N, N_OUT - first)
-            gap = N_OUT
-        row_bytes = K * (w_ptr.dtype.element_ty.primitive_bitwidth // 8)
-        nbytes = tl.minimum(l2_bytes, rows_here.to(tl.int64) * row_bytes).to(tl.int32)
-        _l2_prefetch(w_ptr + first.to(tl.int64) * K, nbytes, ON_GPU)
-        _l2_prefetch(w_ptr + (first + gap).to(tl.int64) * K, nbytes, ON_GPU)
+    if L2:  # the launcher's count is a whole block's at most; only gate/up's last is partial
+        nbytes = l2_bytes
+        if not ROPE_KV:
+            row_bytes = K * (w_ptr.dtype.element_ty.primitive_bitwidth // 8)
+            left = (N_OUT - first_a).to(tl.int64) * row_bytes
+            nbytes = tl.minimum(l2_bytes, left).to(tl.int32)
+        _l2_prefetch(w_ptr + first_a.to(tl.int64) * K, nbytes, ON_GPU)
+        _l2_prefetch(w_ptr + (first_a + gap).to(tl.int64) * K, nbytes, ON_GPU)
     if PREFETCH and not TMA:  # the first weight tiles do not depend on the previous kernel
         wa = _w_tile(a_rows, tl.arange(0, BLOCK_K), n_mask, K)
         wb = _w_tile(b_rows, tl.arange(0, BLOCK_K), n_mask, K)
@@ -442,13 +323,11 @@ def _paired_gemv_kernel(
         pos = tl.load(pos_ptr)
         p = pos + offs_t  # [BLOCK_T]
         inside = m2 & (p < MAX_LEN)[:, None]  # a step replayed past the cache writes nothing
-        rot = inside & ((head + 0 * p)[:, None] < N_HEADS + N_KV)  # q and k heads rotate
+        # q and k heads rotate (the head as a tensor: the interpreter takes no scalar mask)
+        rot = inside & ((head + 0 * p)[:, None] < N_HEADS + N_KV)
         c_off = p[:, None] * HEAD_DIM + dim_a[None, :]
         if not USE_DOT:  # a verify loads them after its loop: its registers are busier
-            cos_a = tl.load(cos_ptr + c_off, mask=rot, other=0.0).to(tl.float32)
-            sin_a = tl.load(sin_ptr + c_off, mask=rot, other=0.0).to(tl.float32)
-            cos_b = tl.load(cos_ptr + c_off + HALF, mask=rot, other=0.0).to(tl.float32)
-            sin_b = tl.load(sin_ptr + c_off + HALF, mask=rot, other=0.0).to(tl.float32)
+            cos_a, sin_a, cos_b, sin_b = _rope_rows(cos_ptr, sin_ptr, c_off, rot, HALF)
     _pdl_wait(USE_PDL)
     if USE_DOT:
         rstd = _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T)
@@ -458,13 +337,11 @@ def _paired_gemv_kernel(
     dot_a = tl.zeros((BLOCK_T, BLOCK_N), tl.float32)
     dot_b = tl.zeros((BLOCK_T, BLOCK_N), tl.float32)
     if TMA:
-        row_a = tl.min(rows_a, axis=0)  # each block's rows are consecutive
-        row_b = tl.min(rows_b, axis=0)
         for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
             offs_k = k0 + tl.arange(0, BLOCK_K)
             x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < K, K)
-            wa = w_desc.load([row_a, k0])
-            wb = w_desc.load([row_b, k0])
+            wa = w_desc.load([first_a, k0])
+            wb = w_desc.load([first_a + gap, k0])
             acc_a, dot_a = _accumulate(acc_a, dot_a, x, wa, USE_DOT, DT, ON_GPU)
             acc_b, dot_b = _accumulate(acc_b, dot_b, x, wb, USE_DOT, DT, ON_GPU)
             if not USE_DOT:
@@ -504,10 +381,7 @@ def _paired_gemv_kernel(
     if ROPE_KV:
         if head < N_HEADS + N_KV:  # q or k: rotate (x * cos + rotate_half(x) * sin, rounded)
             if USE_DOT:
-                cos_a = tl.load(cos_ptr + c_off, mask=rot, other=0.0).to(tl.float32)
-                sin_a = tl.load(sin_ptr + c_off, mask=rot, other=0.0).to(tl.float32)
-                cos_b = tl.load(cos_ptr + c_off + HALF, mask=rot, other=0.0).to(tl.float32)
-                sin_b = tl.load(sin_ptr + c_off + HALF, mask=rot, other=0.0).to(tl.float32)
+                cos_a, sin_a, cos_b, sin_b = _rope_rows(cos_ptr, sin_ptr, c_off, rot, HALF)
             ra = _round(_round(a * cos_a, DT) + _round(-b * sin_a, DT), DT)
             rb = _round(_round(b * cos_b, DT) + _round(a * sin_b, DT), DT)
             a, b = ra, rb

@@ -46,199 +46,27 @@ The device code is in `triton_jit` (GEMVs, shared helpers) and `triton_attn`.
 
 from __future__ import annotations
 
-import ctypes
 import math
-import os
-from dataclasses import dataclass, field
-from functools import cache
 
 import torch
 import torch.nn.functional as F
 import triton
 
+from ling_local.engines import triton_setup
 from ling_local.engines.triton_attn import _attn_partial_kernel, _attn_reduce_kernel
 from ling_local.engines.triton_jit import (
     _gemv_kernel,
     _paired_gemv_kernel,
     _splitk_reduce_kernel,
 )
-from ling_local.engines.triton_setup import (
-    ATTN,
-    CONFIGS,
-    SETTINGS,
-    SHIPPED,
-    VERIFY_CONFIGS,
-    AttnConfig,
-    GemvConfig,
-    apply_config,
-    fold_norms,
-    fold_weight,
-    load_configs,
-    set_config,
-    unsupported_reason,
-)
+from ling_local.engines.triton_launch import Scratch, _launch, _on_gpu, _overlaps, _pow2, _prepare
+from ling_local.engines.triton_setup import *  # noqa: F403 (re-exported for the sweep script)
+from ling_local.engines.triton_setup import ATTN, CONFIGS, AttnConfig
 
-__all__ = [  # the settings are re-exported from triton_setup for the sweep script
-    "ATTN",
-    "CONFIGS",
-    "SETTINGS",
-    "SHIPPED",
-    "VERIFY_CONFIGS",
-    "AttnConfig",
-    "GemvConfig",
-    "Scratch",
-    "apply_config",
-    "fold_norms",
-    "fold_weight",
-    "load_configs",
-    "set_config",
-    "triton_step",
-    "unsupported_reason",
-]
+__all__ = [*triton_setup.__all__, "Scratch", "triton_step"]
 
 
 # --------------------------------------------------------------------------- launchers
-def _pow2(n: int) -> int:
-    return 1 << max(0, (n - 1).bit_length())
-
-
-def _tiles(name: str, t: int, k: int, max_block_n: int | None = None) -> dict:
-    """Tile constexprs and num_warps of kernel `name` for T tokens and reduction length k.
-    T = 1: `CONFIGS` as is. T > 1 (a verify): `VERIFY_CONFIGS`' tensor-core tiles padded to
-    16 tokens, where the rows allow a 16-row block; else broadcast-and-sum tiles with
-    BLOCK_K shrunk to keep the [T, block_n, block_k] accumulator about the T = 1 size."""
-    if t == 1:
-        cfg = CONFIGS[name]
-        block_t, block_n, block_k, dot = 1, cfg.block_n, cfg.block_k, False
-    else:
-        cfg = VERIFY_CONFIGS[name]
-        block_n = cfg.block_n
-        if max_block_n is not None and max_block_n % block_n:
-            block_n = max_block_n
-        if block_n >= 16:
-            block_t, block_k, dot = max(16, _pow2(t)), cfg.block_k, True
-        else:
-            block_t = _pow2(t)
-            block_k, dot = max(16, CONFIGS[name].block_k // block_t), False
-    return dict(
-        BLOCK_T=block_t, BLOCK_N=block_n, BLOCK_K=block_k, USE_DOT=dot,
-        PREFETCH=cfg.prefetch, TMA=cfg.tma and t == 1, STAGES=cfg.num_stages,
-        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
-    )  # fmt: skip
-
-
-_DESCRIPTORS: dict[tuple, object] = {}
-_CARVED: dict[int, int] = {}
-
-
-def _carve(compiled) -> None:
-    """Give a just-launched kernel the step's shared-memory carveout (`SETTINGS.carveout`,
-    None: -1, the driver's choice) when it has another; it applies from the kernel's next
-    launch on (the warm-up runs before a graph is captured). Nothing in the interpreter."""
-    fn = getattr(compiled, "function", None)
-    if not isinstance(fn, int):
-        return
-    want = -1 if SETTINGS.carveout is None else SETTINGS.carveout
-    if _CARVED.get(fn, -1) == want:
-        return
-    err = _libcuda().cuFuncSetAttribute(ctypes.c_void_p(fn), 9, ctypes.c_int(want))
-    if err:
-        raise RuntimeError(f"cuFuncSetAttribute(carveout={want}) failed: {err}")
-    _CARVED[fn] = want
-
-
-@cache
-def _libcuda():
-    return ctypes.CDLL("libcuda.so.1")
-
-
-def _weights(weight: torch.Tensor, tiles: dict) -> torch.Tensor | object:
-    """What the kernels' `w_desc` gets: a [BLOCK_N, BLOCK_K] TMA descriptor of `weight`
-    when the tiles ask for TMA and TMA can take it (Hopper or the interpreter; a box of at
-    most 256 per side; rows 16-byte aligned), else the weight itself (unused; `TMA` is
-    then turned off in `tiles`). Descriptors are cached per tensor and box."""
-    bn, bk = tiles["BLOCK_N"], tiles["BLOCK_K"]
-    usable = (
-        tiles["TMA"]
-        and bn <= 256
-        and bk <= 256
-        and weight.is_contiguous()
-        and (weight.shape[1] * weight.element_size()) % 16 == 0
-        and (not _on_gpu(weight) or _has_pdl(weight.device.index or 0))
-    )
-    if not usable:
-        tiles["TMA"] = False
-        return weight
-    key = (weight.data_ptr(), tuple(weight.shape), weight.dtype, bn, bk)
-    desc = _DESCRIPTORS.get(key)
-    if desc is None:
-        from triton.tools.tensor_descriptor import TensorDescriptor
-
-        if len(_DESCRIPTORS) > 4096:  # weights come and go (tests, reloads)
-            _DESCRIPTORS.clear()
-        desc = _DESCRIPTORS[key] = TensorDescriptor.from_tensor(weight, [bn, bk])
-    return desc
-
-
-def _on_gpu(t: torch.Tensor) -> bool:
-    return t.is_cuda and os.environ.get("TRITON_INTERPRET") != "1"
-
-
-@cache
-def _has_pdl(index: int) -> bool:
-    return torch.cuda.get_device_capability(index)[0] >= 9
-
-
-def _launch(t: torch.Tensor) -> dict:
-    """Launch options: PDL on Hopper and later, unless turned off (USE_PDL 0 off, 1 the
-    successor launches after this kernel's wait, 2 at its start)."""
-    if SETTINGS.pdl and _on_gpu(t) and _has_pdl(t.device.index or 0):
-        return {"launch_pdl": True, "USE_PDL": 2 if SETTINGS.early_trigger else 1}
-    return {"USE_PDL": 0}
-
-
-def _l2(name: str, t: int, rows: int, k: int, weight: torch.Tensor, split: int = 1) -> dict:
-    """The L2 prefetch of kernel `name`: `l2_bytes` per row block of `rows` rows (a 16-byte
-    multiple); off at split-K and on a GPU without PDL (nothing to overlap). In Triton's
-    CPU interpreter its address arithmetic runs and the prefetch itself is skipped."""
-    cfg = CONFIGS[name] if t == 1 else VERIFY_CONFIGS[name]
-    nbytes = int(cfg.l2_prefetch * rows * k * weight.element_size()) // 16 * 16
-    overlap = _launch(weight)["USE_PDL"] > 0 or not _on_gpu(weight)
-    on = nbytes > 0 and split == 1 and overlap
-    return {"L2": on, "l2_bytes": nbytes if on else 0}
-
-
-@dataclass(eq=False)
-class Scratch:
-    """Buffers the kernels of one captured step keep between launches: the attention's
-    partials and counters, the head's argmax keys and counter, the banned-token mask. The
-    counters and keys are reset by the kernels that use them, so a graph replays as is."""
-
-    device: torch.device
-    vocab: int
-    banned: torch.Tensor | None = None
-    buffers: dict[str, torch.Tensor] = field(default_factory=dict)
-
-    def get(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, fill=None):
-        buf = self.buffers.get(name)
-        if buf is None or buf.shape != shape:
-            if fill is None:
-                buf = torch.empty(shape, dtype=dtype, device=self.device)
-            else:
-                buf = torch.full(shape, fill, dtype=dtype, device=self.device)
-            self.buffers[name] = buf
-        return buf
-
-    def banned_mask(self) -> torch.Tensor:
-        mask = self.buffers.get("banned_mask")
-        if mask is None:
-            mask = torch.zeros(self.vocab, dtype=torch.int8, device=self.device)
-            if self.banned is not None and self.banned.numel():
-                mask[self.banned] = 1
-            self.buffers["banned_mask"] = mask
-        return mask
-
-
 def gemv(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -267,24 +95,17 @@ def gemv(
             if scratch
             else torch.empty(shape, dtype=f32, device=x.device)
         )
-    launch = _launch(x)
-    tiles = _tiles(name, t, k)
-    l2 = _l2(name, t, tiles["BLOCK_N"], k, weight, split)
-    desc = _weights(weight, tiles)
-    _carve(
-        _gemv_kernel[(triton.cdiv(n, tiles["BLOCK_N"]), split)](
-            x, weight, desc, out, out, part, x, x, x, x, x, x, t, n, k, eps, l2["l2_bytes"],
-            NORM=normed, RESIDUAL=residual is not None, SPLIT_K=split, ARGMAX=False,
-            CHAIN=False, L2=l2["L2"], ON_GPU=_on_gpu(x), **tiles, **launch,
-        )
+    kw, desc, l2_bytes = _prepare(name, x, weight, split)
+    _gemv_kernel[(triton.cdiv(n, kw["BLOCK_N"]), split)](
+        x, weight, desc, out, out, part, x, x, x, x, x, x, t, n, k, eps, l2_bytes,
+        NORM=normed, RESIDUAL=residual is not None, SPLIT_K=split, ARGMAX=False,
+        CHAIN=False, **kw,
     )  # fmt: skip
     if split > 1:
         block = 1024
-        _carve(
-            _splitk_reduce_kernel[(triton.cdiv(t * n, block),)](
-                part, out, out, t * n, RESIDUAL=residual is not None, SPLIT_K=split, BLOCK=block,
-                **launch,
-            )
+        _splitk_reduce_kernel[(triton.cdiv(t * n, block),)](
+            part, out, out, t * n, RESIDUAL=residual is not None, SPLIT_K=split, BLOCK=block,
+            **_launch(x),
         )  # fmt: skip
     return out
 
@@ -307,16 +128,11 @@ def lm_head_argmax(
     keys = scratch.get(f"keys{t}", (t,), torch.long, fill=-(2**63))
     count = scratch.get(f"head_count{t}", (1,), torch.int32, fill=0)
     chain = tokens is not None and pos is not None
-    tiles = _tiles("lm_head", t, k)
-    l2 = _l2("lm_head", t, tiles["BLOCK_N"], k, weight)
-    desc = _weights(weight, tiles)
-    _carve(
-        _gemv_kernel[(triton.cdiv(n, tiles["BLOCK_N"]), 1)](
-            x, weight, desc, logits, logits, logits, scratch.banned_mask(), keys, count, argmax,
-            tokens if chain else argmax, pos if chain else argmax, t, n, k, eps, l2["l2_bytes"],
-            NORM=True, RESIDUAL=False, SPLIT_K=1, ARGMAX=True, CHAIN=chain, L2=l2["L2"],
-            ON_GPU=_on_gpu(x), **tiles, **_launch(x),
-        )
+    kw, desc, l2_bytes = _prepare("lm_head", x, weight)
+    _gemv_kernel[(triton.cdiv(n, kw["BLOCK_N"]), 1)](
+        x, weight, desc, logits, logits, logits, scratch.banned_mask(), keys, count, argmax,
+        tokens if chain else argmax, pos if chain else argmax, t, n, k, eps, l2_bytes,
+        NORM=True, RESIDUAL=False, SPLIT_K=1, ARGMAX=True, CHAIN=chain, **kw,
     )  # fmt: skip
     return logits, argmax
 
@@ -327,15 +143,10 @@ def gate_up_silu(x: torch.Tensor, w13: torch.Tensor, eps: float) -> torch.Tensor
     t, k = x.shape
     inter = w13.shape[0] // 2
     out = x.new_empty((t, inter))
-    tiles = _tiles("gate_up", t, k)
-    l2 = _l2("gate_up", t, tiles["BLOCK_N"], k, w13)
-    desc = _weights(w13, tiles)
-    _carve(
-        _paired_gemv_kernel[(triton.cdiv(inter, tiles["BLOCK_N"]),)](
-            x, w13, desc, x, out, x, x, x, x, x, t, k, inter, eps, 0, l2["l2_bytes"],
-            ROPE_KV=False, HAS_BIAS=False, N_HEADS=1, N_KV=1, HEAD_DIM=2, L2=l2["L2"],
-            ON_GPU=_on_gpu(x), **tiles, **_launch(x),
-        )
+    kw, desc, l2_bytes = _prepare("gate_up", x, w13)
+    _paired_gemv_kernel[(triton.cdiv(inter, kw["BLOCK_N"]),)](
+        x, w13, desc, x, out, x, x, x, x, x, t, k, inter, eps, 0, l2_bytes,
+        ROPE_KV=False, HAS_BIAS=False, N_HEADS=1, N_KV=1, HEAD_DIM=2, **kw,
     )  # fmt: skip
     return out
 
@@ -358,19 +169,15 @@ def qkv_rope_kv(
     rotated k and v written into the caches."""
     t, k = x.shape
     q = x.new_empty((t, n_heads * head_dim))
-    tiles = _tiles("qkv", t, k, max_block_n=head_dim // 2)
-    if (head_dim // 2) % tiles["BLOCK_N"]:
-        raise ValueError(f"qkv block_n {tiles['BLOCK_N']} does not divide head_dim/2")
-    grid = ((n_heads + 2 * n_kv) * (head_dim // 2 // tiles["BLOCK_N"]),)
-    l2 = _l2("qkv", t, tiles["BLOCK_N"], k, wqkv)
-    desc = _weights(wqkv, tiles)
-    _carve(
-        _paired_gemv_kernel[grid](
-            x, wqkv, desc, bias if bias is not None else x, q, k_cache, v_cache, cos, sin, pos,
-            t, k, 0, eps, k_cache.shape[1], l2["l2_bytes"],
-            ROPE_KV=True, HAS_BIAS=bias is not None, N_HEADS=n_heads, N_KV=n_kv,
-            HEAD_DIM=head_dim, L2=l2["L2"], ON_GPU=_on_gpu(x), **tiles, **_launch(x),
-        )
+    kw, desc, l2_bytes = _prepare("qkv", x, wqkv, max_block_n=head_dim // 2)
+    if (head_dim // 2) % kw["BLOCK_N"]:
+        raise ValueError(f"qkv block_n {kw['BLOCK_N']} does not divide head_dim/2")
+    grid = ((n_heads + 2 * n_kv) * (head_dim // 2 // kw["BLOCK_N"]),)
+    _paired_gemv_kernel[grid](
+        x, wqkv, desc, bias if bias is not None else x, q, k_cache, v_cache, cos, sin, pos,
+        t, k, 0, eps, k_cache.shape[1], l2_bytes,
+        ROPE_KV=True, HAS_BIAS=bias is not None, N_HEADS=n_heads, N_KV=n_kv,
+        HEAD_DIM=head_dim, **kw,
     )  # fmt: skip
     return q
 
@@ -408,23 +215,18 @@ def decode_attention(
     fused = cfg.fused_reduce and t == 1
     out = q.new_empty((t, n_heads * head_dim))
     launch = _launch(q)
-    _carve(
-        _attn_partial_kernel[(n_kv, splits)](
-            q, k_cache, v_cache, pos, m, l_sum, acc, count, out, t, k_cache.shape[1],
-            1.0 / math.sqrt(head_dim),
-            N_HEADS=n_heads, GROUP=group, HEAD_DIM=head_dim, SPLITS=splits, BLOCK_R=block_r,
-            BLOCK_L=block_l, BLOCK_S=_pow2(splits), FUSED_REDUCE=fused, USE_DOT=dot,
-            L2=cfg.l2_prefetch and (launch["USE_PDL"] > 0 or not _on_gpu(q)), ON_GPU=_on_gpu(q),
-            num_warps=warps,
-            **launch,
-        )
+    _attn_partial_kernel[(n_kv, splits)](
+        q, k_cache, v_cache, pos, m, l_sum, acc, count, out, t, k_cache.shape[1],
+        1.0 / math.sqrt(head_dim),
+        N_HEADS=n_heads, GROUP=group, HEAD_DIM=head_dim, SPLITS=splits, BLOCK_R=block_r,
+        BLOCK_L=block_l, BLOCK_S=_pow2(splits), FUSED_REDUCE=fused, USE_DOT=dot,
+        L2=cfg.l2_prefetch and _overlaps(launch, q), ON_GPU=_on_gpu(q), num_warps=warps,
+        **launch,
     )  # fmt: skip
     if not fused:
-        _carve(
-            _attn_reduce_kernel[(rows,)](
-                m, l_sum, acc, out, HEAD_DIM=head_dim, SPLITS=splits, BLOCK_S=_pow2(splits),
-                **launch,
-            )
+        _attn_reduce_kernel[(rows,)](
+            m, l_sum, acc, out, HEAD_DIM=head_dim, SPLITS=splits, BLOCK_S=_pow2(splits),
+            **launch,
         )  # fmt: skip
     return out
 

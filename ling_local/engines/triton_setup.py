@@ -50,6 +50,10 @@ class GemvConfig:
     """Fraction of the CTA's weight slice asked of the L2 (a bulk prefetch, Hopper) before
     the PDL wait, so the weights stream while the previous kernel runs (0: none)."""
 
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.l2_prefetch <= 1.0:
+            raise ValueError(f"l2_prefetch {self.l2_prefetch} is not a fraction in [0, 1]")
+
 
 @dataclass(frozen=True, slots=True)
 class AttnConfig:
@@ -124,11 +128,6 @@ class Settings:
     early_trigger: bool = False
     """With PDL, let each kernel's successor launch at the kernel's start rather than after
     its wait: successors become resident (and prefetch) one kernel earlier."""
-    carveout: int | None = None
-    """The shared-memory carveout (percent of the unified L1/shared memory) every kernel of
-    the step asks for (CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT); None: the
-    driver's choice per kernel. An SM runs CTAs of two kernels at once only under one
-    carveout, so kernels that differ (TMA rings vs register loads) cannot overlap."""
 
 
 SETTINGS = Settings()
@@ -141,8 +140,6 @@ def load_configs(path: str | os.PathLike) -> None:
     for name, fields in json.loads(Path(path).read_text()).items():
         if name in ("pdl", "early_trigger"):
             setattr(SETTINGS, name, bool(fields))
-        elif name == "carveout":
-            SETTINGS.carveout = None if fields is None else int(fields)
         else:
             apply_config(name, fields)
 

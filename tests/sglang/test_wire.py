@@ -49,65 +49,57 @@ async def server():
     await runner.cleanup()
 
 
-async def test_streams_and_reuses_one_connection(server) -> None:
-    port, peers, _ = server
-    pool = WirePool("127.0.0.1", port, "key")
-    try:
-        for _ in range(3):
-            response = await pool.post("/generate", b'{"x": 1}')
-            assert response.status == 200
-            data = b"".join([chunk async for chunk in response.iter_any()])
-            assert data == b"data: 0 8\n\ndata: 1 8\n\ndata: 2 8\n\n"
-            response.release()
-    finally:
-        await pool.close()
+@pytest.fixture
+async def pool(server):
+    """A pool on the server, closed after the test."""
+    wire = WirePool("127.0.0.1", server[0], "key")
+    yield wire
+    await wire.close()
+
+
+async def test_streams_and_reuses_one_connection(server, pool) -> None:
+    _, peers, _ = server
+    for _ in range(3):
+        response = await pool.post("/generate", b'{"x": 1}')
+        assert response.status == 200
+        data = b"".join([chunk async for chunk in response.iter_any()])
+        assert data == b"data: 0 8\n\ndata: 1 8\n\ndata: 2 8\n\n"
+        response.release()
     assert len(peers) == 3 and len(set(peers)) == 1  # one kept-alive connection
 
 
-async def test_a_connection_the_server_closed_while_idle_is_replaced(server) -> None:
-    port, peers, _ = server
-    pool = WirePool("127.0.0.1", port, "key")
-    try:
-        response = await pool.post("/generate", b"{}")
-        await response.read()
-        response.release()
-        await asyncio.sleep(0.8)  # past the server's keep-alive timeout: it hangs up
-        response = await pool.post("/generate", b"{}")
-        assert (await response.read()).count(b"data:") == 3
-    finally:
-        await pool.close()
+async def test_a_connection_the_server_closed_while_idle_is_replaced(server, pool) -> None:
+    _, peers, _ = server
+    response = await pool.post("/generate", b"{}")
+    await response.read()
+    response.release()
+    await asyncio.sleep(0.8)  # past the server's keep-alive timeout: it hangs up
+    response = await pool.post("/generate", b"{}")
+    assert (await response.read()).count(b"data:") == 3
     assert len(set(peers)) == 2
 
 
-async def test_a_stream_cut_mid_way_raises(server) -> None:
-    port, _, behaviour = server
+async def test_a_stream_cut_mid_way_raises(server, pool) -> None:
+    _, _, behaviour = server
     behaviour["drop_after"] = 1
-    pool = WirePool("127.0.0.1", port, "key")
-    try:
-        response = await pool.post("/generate", b"{}")
-        got = b""
-        with pytest.raises(WireError):
-            async for chunk in response.iter_any():
-                got += chunk
-        assert got.startswith(b"data: 0")
-        response.close()
-        await asyncio.sleep(0.05)
-        assert not pool._all  # a closed connection leaves the pool (no growth per cancel)
-    finally:
-        await pool.close()
+    response = await pool.post("/generate", b"{}")
+    got = b""
+    with pytest.raises(WireError):
+        async for chunk in response.iter_any():
+            got += chunk
+    assert got.startswith(b"data: 0")
+    response.close()
+    await asyncio.sleep(0.05)
+    assert not pool._all  # a closed connection leaves the pool (no growth per cancel)
 
 
-async def test_an_error_status_and_its_body(server) -> None:
-    port, _, behaviour = server
+async def test_an_error_status_and_its_body(server, pool) -> None:
+    _, _, behaviour = server
     behaviour["status"] = 400
-    pool = WirePool("127.0.0.1", port, "key")
-    try:
-        response = await pool.post("/generate", b"{}")
-        assert response.status == 400
-        assert b"nope" in await response.read()
-        response.release()
-    finally:
-        await pool.close()
+    response = await pool.post("/generate", b"{}")
+    assert response.status == 400
+    assert b"nope" in await response.read()
+    response.release()
 
 
 async def test_nothing_listening_is_a_wire_error() -> None:

@@ -1,0 +1,147 @@
+"""Device helpers every kernel of the Triton decode step shares (`triton_jit`'s GEMVs,
+`triton_attn`'s attention): programmatic dependent launch, the L2 bulk prefetch, the CTA
+ticket, rounding to the model dtype, the tensor-core product, and the GEMV loop's pieces.
+Imports triton: import it only when `engine.kernels = "triton"` asks for it.
+
+Every kernel takes `USE_PDL`: launched with programmatic dependent launch (Hopper and
+later), a kernel starts while its predecessor drains, reads the bytes that do not depend on
+it (its first weight tile) and only then waits (`griddepcontrol.wait`) for the
+predecessor's results. Everything a kernel writes, and every activation it reads, comes
+after that wait. With `L2` a GEMV also asks the L2 for the first part of its weight slice
+before the wait (`_l2_prefetch`): while the previous kernel is latency-bound (attention, a
+small projection) the memory system streams the next kernel's weights instead of idling.
+USE_PDL = 2 lets the next kernel launch at the very start of this one (not after the wait),
+so the kernels after it become resident, and prefetch, earlier."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _pdl_start(USE_PDL: tl.constexpr):
+    """At a kernel's start: with USE_PDL = 2 let the next kernel launch now (it reads
+    nothing this one writes before its own wait)."""
+    if USE_PDL == 2:
+        tl.extra.cuda.gdc_launch_dependents()
+
+
+@triton.jit
+def _pdl_wait(USE_PDL: tl.constexpr):
+    """Wait for the previous kernel's results; with USE_PDL = 1 then let the next kernel
+    start launching."""
+    if USE_PDL:
+        tl.extra.cuda.gdc_wait()
+    if USE_PDL == 1:
+        tl.extra.cuda.gdc_launch_dependents()
+
+
+_PREFETCH_ASM = tl.constexpr(
+    "{ .reg .pred p; .reg .u32 t; mov.u32 t, %tid.x; setp.eq.u32 p, t, 0; "
+    "@p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }"
+)
+
+
+@triton.jit
+def _l2_prefetch(ptr, nbytes, ON_GPU: tl.constexpr):
+    """Ask the L2 for `nbytes` (a multiple of 16) from `ptr` (16-byte aligned): Hopper's
+    bulk prefetch, issued by thread 0 alone in pieces of 32 KiB. Holds no registers and
+    writes nothing; a no-op in Triton's CPU interpreter."""
+    if ON_GPU:
+        base = ptr.to(tl.pointer_type(tl.int8))
+        for off in range(0, nbytes, 32768):
+            size = tl.minimum(nbytes - off, 32768)
+            tl.inline_asm_elementwise(
+                _PREFETCH_ASM,
+                "=r,l,r",
+                [base + off + tl.zeros((1,), tl.int32), size + tl.zeros((1,), tl.int32)],
+                dtype=tl.int32,
+                is_pure=False,
+                pack=1,
+            )
+
+
+@triton.jit
+def _ticket(count_ptr, ON_GPU: tl.constexpr):
+    """This CTA's place among the CTAs sharing `count_ptr` (0 first), after its own global
+    writes are visible to them: CUTLASS's semaphore pattern (barrier, one release/acquire
+    atomic). The last CTA to arrive owns the combined result."""
+    if ON_GPU:
+        tl.inline_asm_elementwise(
+            "fence.acq_rel.gpu; mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False, pack=1
+        )
+    tl.debug_barrier()
+    return tl.atomic_add(count_ptr, 1, sem="acq_rel", scope="gpu")
+
+
+@triton.jit
+def _round(x, dtype: tl.constexpr):
+    """x (fp32) rounded to the model dtype, kept in fp32. For bf16 round-to-nearest-even by
+    hand: what the GPU's cvt does, while Triton's CPU interpreter truncates on `.to`."""
+    if dtype == tl.bfloat16:
+        bits = x.to(tl.uint32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & 0xFFFF0000
+        return bits.to(tl.float32, bitcast=True)
+    else:
+        return x.to(dtype).to(tl.float32)
+
+
+@triton.jit
+def _mma(a, b, DT: tl.constexpr, ON_GPU: tl.constexpr):
+    """a [M, K] @ b [K, N] on the tensor cores, operands in the model dtype, fp32 out.
+    Triton's CPU interpreter has no bf16 matmul: there the same products in fp32."""
+    if ON_GPU:
+        return tl.dot(a.to(DT), b.to(DT))
+    else:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+
+
+@triton.jit
+def _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T: tl.constexpr):
+    """1 / rms of each token row of x [T, K], read in a pass of its own: the verify's
+    (T > 1) tensor-core loops, where summing squares of the dot operands on the way costs
+    more than this pass (measured on the H200: the T = 9 step 1.49 -> 2.05 ms)."""
+    BLOCK: tl.constexpr = 4096 // BLOCK_T
+    ss = tl.zeros((BLOCK_T, BLOCK), tl.float32)
+    for k0 in range(0, K, BLOCK):
+        offs_k = k0 + tl.arange(0, BLOCK)
+        m = t_mask[:, None] & (offs_k[None, :] < K)
+        x = tl.load(x_ptr + offs_t[:, None] * K + offs_k[None, :], mask=m, other=0.0)
+        x = x.to(tl.float32)
+        ss += x * x
+    return tl.rsqrt(tl.sum(ss, axis=1) / K + eps)
+
+
+@triton.jit
+def _load_x(x_ptr, offs_t, t_mask, offs_k, k_mask, K):
+    """A [T, BLOCK_K] slice of the input, in fp32."""
+    return tl.load(
+        x_ptr + offs_t[:, None] * K + offs_k[None, :],
+        mask=t_mask[:, None] & k_mask[None, :],
+        other=0.0,
+        eviction_policy="evict_last",
+    ).to(tl.float32)
+
+
+@triton.jit
+def _w_tile(rows, offs_k, n_mask, k_end):
+    """A [rows, BLOCK_K] tile of weights, streamed past the cache (read once a step)."""
+    return tl.load(
+        rows + offs_k[None, :],
+        mask=n_mask[:, None] & (offs_k[None, :] < k_end),
+        other=0.0,
+        eviction_policy="evict_first",
+    )
+
+
+@triton.jit
+def _accumulate(acc, acc_dot, x, w, USE_DOT: tl.constexpr, DT: tl.constexpr, ON_GPU: tl.constexpr):
+    """x [T, BLOCK_K] times a weight tile w [BLOCK_N, BLOCK_K] into the running sums: T = 1
+    broadcast-and-add into [T, BLOCK_N, BLOCK_K] (reduced once at the end); a verify's
+    padded T on the tensor cores into [T, BLOCK_N]."""
+    if USE_DOT:
+        acc_dot += _mma(x, tl.trans(w), DT, ON_GPU)
+    else:
+        acc += x[:, None, :] * w.to(tl.float32)[None, :, :]
+    return acc, acc_dot

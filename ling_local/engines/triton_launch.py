@@ -1,0 +1,145 @@
+"""What every launch of the Triton decode step's kernels takes beyond its tensors: tile
+constexprs from the block sizes (`triton_setup`), PDL, the L2 prefetch count, the TMA
+descriptor of the weights, and the scratch buffers a captured step keeps. Used by the
+launchers in `triton_kernels`; imports triton only for the descriptors."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import cache
+
+import torch
+
+from ling_local.engines.triton_setup import CONFIGS, SETTINGS, VERIFY_CONFIGS
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+def _tiles(name: str, t: int, k: int, max_block_n: int | None = None) -> dict:
+    """Tile constexprs and num_warps of kernel `name` for T tokens and reduction length k.
+    T = 1: `CONFIGS` as is. T > 1 (a verify): `VERIFY_CONFIGS`' tensor-core tiles padded to
+    16 tokens, where the rows allow a 16-row block; else broadcast-and-sum tiles with
+    BLOCK_K shrunk to keep the [T, block_n, block_k] accumulator about the T = 1 size."""
+    if t == 1:
+        cfg = CONFIGS[name]
+        block_t, block_n, block_k, dot = 1, cfg.block_n, cfg.block_k, False
+    else:
+        cfg = VERIFY_CONFIGS[name]
+        block_n = cfg.block_n
+        if max_block_n is not None and max_block_n % block_n:
+            block_n = max_block_n
+        if block_n >= 16:
+            block_t, block_k, dot = max(16, _pow2(t)), cfg.block_k, True
+        else:
+            block_t = _pow2(t)
+            block_k, dot = max(16, CONFIGS[name].block_k // block_t), False
+    return dict(
+        BLOCK_T=block_t, BLOCK_N=block_n, BLOCK_K=block_k, USE_DOT=dot,
+        PREFETCH=cfg.prefetch, TMA=cfg.tma and t == 1, STAGES=cfg.num_stages,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+    )  # fmt: skip
+
+
+def _on_gpu(t: torch.Tensor) -> bool:
+    return t.is_cuda and os.environ.get("TRITON_INTERPRET") != "1"
+
+
+@cache
+def _sm90(index: int) -> bool:
+    """Hopper or later: programmatic dependent launch, TMA, bulk prefetch."""
+    return torch.cuda.get_device_capability(index)[0] >= 9
+
+
+def _launch(t: torch.Tensor) -> dict:
+    """Launch options: PDL on Hopper and later, unless turned off (USE_PDL 0 off, 1 the
+    successor launches after this kernel's wait, 2 at its start)."""
+    if SETTINGS.pdl and _on_gpu(t) and _sm90(t.device.index or 0):
+        return {"launch_pdl": True, "USE_PDL": 2 if SETTINGS.early_trigger else 1}
+    return {"USE_PDL": 0}
+
+
+def _overlaps(launch: dict, t: torch.Tensor) -> bool:
+    """Whether an L2 prefetch before the wait has a predecessor to overlap (PDL on); in
+    Triton's CPU interpreter its address arithmetic runs and the prefetch itself is not."""
+    return launch["USE_PDL"] > 0 or not _on_gpu(t)
+
+
+_DESCRIPTORS: dict[tuple, object] = {}
+
+
+def _weights(weight: torch.Tensor, tiles: dict) -> torch.Tensor | object:
+    """What the kernels' `w_desc` gets: a [BLOCK_N, BLOCK_K] TMA descriptor of `weight`
+    when the tiles ask for TMA and TMA can take it (Hopper or the interpreter; a box of at
+    most 256 per side; rows 16-byte aligned), else the weight itself (unused; `TMA` is
+    then turned off in `tiles`). Descriptors are cached per tensor and box."""
+    bn, bk = tiles["BLOCK_N"], tiles["BLOCK_K"]
+    usable = (
+        tiles["TMA"]
+        and bn <= 256
+        and bk <= 256
+        and weight.is_contiguous()
+        and (weight.shape[1] * weight.element_size()) % 16 == 0
+        and (not _on_gpu(weight) or _sm90(weight.device.index or 0))
+    )
+    if not usable:
+        tiles["TMA"] = False
+        return weight
+    key = (weight.data_ptr(), tuple(weight.shape), weight.dtype, bn, bk)
+    desc = _DESCRIPTORS.get(key)
+    if desc is None:
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        if len(_DESCRIPTORS) > 4096:  # weights come and go (tests, reloads)
+            _DESCRIPTORS.clear()
+        desc = _DESCRIPTORS[key] = TensorDescriptor.from_tensor(weight, [bn, bk])
+    return desc
+
+
+def _prepare(
+    name: str, x: torch.Tensor, weight: torch.Tensor, split: int = 1, max_block_n: int | None = None
+) -> tuple[dict, object, int]:
+    """A GEMV launch of kernel `name` on x [T, K]: its constexprs and launch options (tiles,
+    PDL, `L2`, `ON_GPU`), its `w_desc` argument and its `l2_bytes`, the L2 prefetch per row
+    block (a 16-byte multiple; none at split-K or with nothing to overlap)."""
+    t, k = x.shape
+    tiles = _tiles(name, t, k, max_block_n)
+    launch = _launch(x)
+    desc = _weights(weight, tiles)
+    cfg = CONFIGS[name] if t == 1 else VERIFY_CONFIGS[name]
+    nbytes = int(cfg.l2_prefetch * tiles["BLOCK_N"] * k * weight.element_size()) // 16 * 16
+    on = nbytes > 0 and split == 1 and _overlaps(launch, x)
+    return {**tiles, **launch, "L2": on, "ON_GPU": _on_gpu(x)}, desc, nbytes if on else 0
+
+
+@dataclass(eq=False)
+class Scratch:
+    """Buffers the kernels of one captured step keep between launches: the attention's
+    partials and counters, the head's argmax keys and counter, the banned-token mask. The
+    counters and keys are reset by the kernels that use them, so a graph replays as is."""
+
+    device: torch.device
+    vocab: int
+    banned: torch.Tensor | None = None
+    buffers: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def get(self, name: str, shape: tuple[int, ...], dtype: torch.dtype, fill=None):
+        buf = self.buffers.get(name)
+        if buf is None or buf.shape != shape:
+            if fill is None:
+                buf = torch.empty(shape, dtype=dtype, device=self.device)
+            else:
+                buf = torch.full(shape, fill, dtype=dtype, device=self.device)
+            self.buffers[name] = buf
+        return buf
+
+    def banned_mask(self) -> torch.Tensor:
+        mask = self.buffers.get("banned_mask")
+        if mask is None:
+            mask = torch.zeros(self.vocab, dtype=torch.int8, device=self.device)
+            if self.banned is not None and self.banned.numel():
+                mask[self.banned] = 1
+            self.buffers["banned_mask"] = mask
+        return mask

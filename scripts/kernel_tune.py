@@ -1,0 +1,148 @@
+"""The whole-step tune of `gpu_kernel_sweep.py --tune-step`: coordinate descent on the
+replay time of the captured decode step over a space of (kernel, field, values), for what a
+kernel timed alone cannot show: how kernels overlap (the L2 prefetch of the next kernel's
+weights while this one runs, the successor's launch point, register and shared-memory
+footprints that let CTAs of two kernels share an SM). Beside the sweep script."""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import asdict
+
+import torch
+from kernel_fixture import MAX_LEN, Fixture, on_cpu
+
+__all__ = ["SPACES", "step_ms", "tune_step"]
+
+
+def step_ms(fx: Fixture, t: int, kernels: str, reps: int = 60) -> float:
+    """Median time of one replay of the captured T-token step (5 batches of reps / 5)."""
+    from ling_local.engines.cuda_graphs import GraphStep
+
+    if on_cpu():
+        reps = 5
+    start = len(fx.prompt)
+    step = GraphStep(fx.w, fx.slot, t, MAX_LEN, kernels=kernels)
+    step.load(fx.prompt[-t:], start)
+    for _ in range(3):
+        step.replay()
+    if on_cpu():
+        fx.slot.graphs.clear()
+        return 0.0
+    torch.cuda.synchronize()
+    a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    times = []
+    for _ in range(5):
+        step.load(fx.prompt[-t:], start)
+        a.record()
+        for _ in range(reps // 5):
+            step.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / (reps // 5))
+    fx.slot.graphs.clear()
+    return round(statistics.median(times), 4)
+
+
+# From the shipped configs, in this order, each value kept if the step gets faster.
+STEP_SPACE: list[tuple[str, str, list]] = [
+    ("attn", "block_l", [16]),
+    ("attn", "num_warps", [8]),
+    ("attn", "l2_prefetch", [True]),
+    ("o", "l2_prefetch", [0.5, 1.0]),
+    ("qkv", "l2_prefetch", [0.5, 1.0]),
+    ("gate_up", "l2_prefetch", [0.125, 0.25, 0.5]),
+    ("down", "l2_prefetch", [0.125, 0.25, 0.5]),
+    ("lm_head", "l2_prefetch", [0.0625, 0.125]),
+    ("settings", "early_trigger", [True]),
+    ("o", "l2_prefetch", [0.5, 1.0]),
+    ("qkv", "l2_prefetch", [0.5, 1.0]),
+    ("gate_up", "l2_prefetch", [0.0, 0.125, 0.25, 0.5]),
+    ("down", "l2_prefetch", [0.0, 0.125, 0.25, 0.5]),
+    ("attn", "splits", [16]),
+    ("o", "block_n", [8]),
+    ("qkv", "block_n", [8]),
+    ("down", "block_n", [8]),
+]
+
+
+# From a TMA sweep's best: which kernels keep TMA inside the PDL-overlapped step (each
+# swapped back to its shipped config).
+TMA_SPACE: list[tuple[str, str, list]] = [
+    ("lm_head", "config", ["shipped"]),
+    ("qkv", "config", ["shipped"]),
+    ("o", "config", ["shipped"]),
+    ("gate_up", "config", ["shipped"]),
+    ("attn", "block_l", [32]),
+    ("gate_up", "l2_prefetch", [0.0, 0.125]),
+    ("o", "l2_prefetch", [0.0, 1.0]),
+    ("settings", "pdl", [False]),
+]
+
+
+# After a kernel change, around the shipped configs: the L2 fractions that depend on the
+# kernels' latency, and the head's register-load config against its TMA one.
+CHECK_SPACE: list[tuple[str, str, list]] = [
+    ("qkv", "l2_prefetch", [0.0, 1.0]),
+    ("o", "l2_prefetch", [0.5]),
+    ("down", "l2_prefetch", [0.0, 0.5]),
+    (
+        "lm_head",
+        "config",
+        [dict(block_n=16, block_k=128, prefetch=False, num_stages=1, l2_prefetch=0.0625)],
+    ),
+]
+SPACES = {"step": STEP_SPACE, "tma": TMA_SPACE, "check": CHECK_SPACE}
+
+
+def _get(name: str, field: str):
+    from ling_local.engines import triton_kernels as tk
+
+    if field == "config":
+        return tk.CONFIGS[name]
+    if name == "settings":
+        return getattr(tk.SETTINGS, field)
+    table = tk.ATTN if name == "attn" else tk.CONFIGS
+    return getattr(table[name], field)
+
+
+def _set(name: str, field: str, value) -> None:
+    from ling_local.engines import triton_kernels as tk
+
+    if field == "config":  # "shipped", a dict of GemvConfig fields, or a GemvConfig
+        if value == "shipped":
+            value = tk.SHIPPED[name]
+        tk.CONFIGS[name] = value if isinstance(value, tk.GemvConfig) else tk.GemvConfig(**value)
+    elif name == "settings":
+        setattr(tk.SETTINGS, field, value)
+    else:
+        tk.set_config(name, **{field: value})
+
+
+def tune_step(fx: Fixture, space=STEP_SPACE, reps: int = 200) -> dict:
+    """Coordinate descent on the T = 1 step's time over `space`; a value is kept when the
+    step is at least 0.2 % faster. Returns the trail and the final configs."""
+    from ling_local.engines import triton_kernels as tk
+
+    best = step_ms(fx, 1, "triton", reps)
+    trail = [{"start": best}]
+    print(f"  tune start {best} ms", flush=True)
+    for name, field, values in space:
+        keep = _get(name, field)
+        for value in values:
+            if value == keep:
+                continue
+            _set(name, field, value)
+            try:
+                ms = step_ms(fx, 1, "triton", reps)
+            except Exception as err:
+                ms = f"failed: {type(err).__name__}: {str(err)[:200]}"
+            trail.append({"kernel": name, field: value, "ms": ms})
+            print(f"  tune {name}.{field}={value}: {ms} (best {best})", flush=True)
+            if isinstance(ms, float) and ms < best * 0.998:
+                best, keep = ms, value
+            _set(name, field, keep)
+    final = {n: asdict(c) for n, c in tk.CONFIGS.items()}
+    final.update({n: asdict(c) for n, c in tk.ATTN.items()})
+    final.update(pdl=tk.SETTINGS.pdl, early_trigger=tk.SETTINGS.early_trigger)
+    return {"best_ms": best, "trail": trail, "configs": final}
