@@ -28,7 +28,6 @@ import statistics
 import sys
 import time
 import traceback
-from dataclasses import replace
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -135,21 +134,18 @@ def step_times(fx: Fixture) -> dict:
 
     out = {}
 
-    attn, pdl_ok = tk.ATTN["attn"], tk.SETTINGS.pdl
-    for label, pdl, fused in (
-        ("triton", pdl_ok, attn.fused_reduce),
-        ("triton, no PDL", False, attn.fused_reduce),
-        (f"triton, attn fused={not attn.fused_reduce}", pdl_ok, not attn.fused_reduce),
+    persistent = tk.PERSISTENT.enabled
+    for label, on in (
+        ("triton", persistent),
+        (f"triton, persistent={not persistent}", not persistent),
     ):
-        tk.SETTINGS.pdl = pdl
-        tk.ATTN["attn"] = replace(attn, fused_reduce=fused)
+        tk.PERSISTENT.enabled = on
         try:
             out[label] = step_ms(fx, 1, "triton")
         except Exception as err:
             out[label] = f"failed: {type(err).__name__}: {str(err)[:200]}"
         print(f"  step T=1 {label}: {out[label]}", flush=True)
-    tk.SETTINGS.pdl = pdl_ok
-    tk.ATTN["attn"] = attn
+    tk.PERSISTENT.enabled = persistent
     for label, t, kernels in (("torch graph", 1, "torch"), ("triton T=9", 9, "triton"),
                               ("torch graph T=9", 9, "torch")):  # fmt: skip
         try:

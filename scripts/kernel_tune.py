@@ -92,7 +92,34 @@ CHECK_SPACE: list[tuple[str, str, list]] = [
         [dict(block_n=16, block_k=128, prefetch=False, num_stages=1, l2_prefetch=0.0625)],
     ),
 ]
-SPACES = {"step": STEP_SPACE, "tma": TMA_SPACE, "check": CHECK_SPACE}
+# The persistent layers kernel (`triton_persistent`): first against the per-layer kernels,
+# then its tiles, pipeline depths, attention splits and L2 fractions.
+PERSISTENT_SPACE: list[tuple[str, str, list]] = [
+    ("persistent", "enabled", [False]),
+    ("persistent", "gu_stages", [3, 6]),
+    ("persistent", "gu_n", [16, 64]),
+    ("persistent", "gu_k", [64, 256]),
+    ("persistent", "dn_stages", [4, 8]),
+    ("persistent", "dn_k", [128]),
+    ("persistent", "dn_n", [8]),
+    ("persistent", "o_stages", [6]),
+    ("persistent", "o_n", [8]),
+    ("persistent", "qkv_stages", [4, 8]),
+    ("persistent", "qkv_k", [128]),
+    ("persistent", "splits", [8, 32]),
+    ("persistent", "block_l", [16]),
+    ("persistent", "l2_gate_up", [0.0, 0.5]),
+    ("persistent", "l2_down", [0.0, 0.5]),
+    ("persistent", "l2_qkv", [0.0]),
+    ("persistent", "l2_o", [0.0]),
+    ("persistent", "num_warps", [4]),
+]
+SPACES = {
+    "step": STEP_SPACE,
+    "tma": TMA_SPACE,
+    "check": CHECK_SPACE,
+    "persistent": PERSISTENT_SPACE,
+}
 
 
 def _get(name: str, field: str):
@@ -102,6 +129,8 @@ def _get(name: str, field: str):
         return tk.CONFIGS[name]
     if name == "settings":
         return getattr(tk.SETTINGS, field)
+    if name == "persistent":
+        return getattr(tk.PERSISTENT, field)
     table = tk.ATTN if name == "attn" else tk.CONFIGS
     return getattr(table[name], field)
 
@@ -145,4 +174,5 @@ def tune_step(fx: Fixture, space=STEP_SPACE, reps: int = 200) -> dict:
     final = {n: asdict(c) for n, c in tk.CONFIGS.items()}
     final.update({n: asdict(c) for n, c in tk.ATTN.items()})
     final.update(pdl=tk.SETTINGS.pdl, early_trigger=tk.SETTINGS.early_trigger)
+    final["persistent"] = asdict(tk.PERSISTENT)
     return {"best_ms": best, "trail": trail, "configs": final}

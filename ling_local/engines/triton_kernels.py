@@ -60,10 +60,11 @@ from ling_local.engines.triton_jit import (
     _splitk_reduce_kernel,
 )
 from ling_local.engines.triton_launch import Scratch, _launch, _on_gpu, _overlaps, _pow2, _prepare
+from ling_local.engines.triton_persistent import persistent_layers, persistent_ready
 from ling_local.engines.triton_setup import *  # noqa: F403 (re-exported for the sweep script)
-from ling_local.engines.triton_setup import ATTN, CONFIGS, AttnConfig
+from ling_local.engines.triton_setup import ATTN, CONFIGS, PERSISTENT, AttnConfig
 
-__all__ = [*triton_setup.__all__, "Scratch", "triton_step"]
+__all__ = [*triton_setup.__all__, "Scratch", "persistent_ready", "triton_step"]
 
 
 # --------------------------------------------------------------------------- launchers
@@ -243,14 +244,21 @@ def triton_step(
     scratch: Scratch | None = None,
     chain: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """`cuda_graphs._step` with these kernels: 5 launches per layer (+1 per split-K GEMV or
-    unfused attention reduce) and one for the head. `rows` / `cols` are unused (the kernels
+    """`cuda_graphs._step` with these kernels: at T = 1 (PERSISTENT.enabled, stacked
+    weights) one persistent launch for every layer (`triton_persistent`) and one for the
+    head; else 5 launches per layer (+1 per split-K GEMV or unfused attention reduce) and
+    one for the head. `rows` / `cols` are unused (the kernels
     read `pos` and mask themselves). With `chain` the step also advances itself (tokens =
     argmax, pos += T)."""
     if not w.norms_folded:
         raise ValueError("the Triton step takes weights with folded norms (fold_norms)")
     if scratch is None:
         scratch = Scratch(tokens.device, w.lm_head.shape[0], banned)
+    if tokens.shape[0] == 1 and PERSISTENT.enabled and persistent_ready(w) is None:
+        x = persistent_layers(w, k_cache, v_cache, tokens, pos, scratch)
+        return lm_head_argmax(
+            x, w.lm_head, w.eps, scratch, tokens if chain else None, pos if chain else None
+        )
     x = F.embedding(tokens, w.embed)  # the residual stream, updated in place
     nh, nkv, hd, eps = w.n_heads, w.n_kv_heads, w.head_dim, w.eps
     for i, layer in enumerate(w.layers):

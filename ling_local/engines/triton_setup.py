@@ -15,16 +15,19 @@ import torch
 __all__ = [
     "ATTN",
     "CONFIGS",
+    "PERSISTENT",
     "SETTINGS",
     "SHIPPED",
     "VERIFY_CONFIGS",
     "AttnConfig",
     "GemvConfig",
+    "PersistentConfig",
     "apply_config",
     "fold_norms",
     "fold_weight",
     "load_configs",
     "set_config",
+    "stack_layers",
     "unsupported_reason",
 ]
 
@@ -67,6 +70,53 @@ class AttnConfig:
     l2_prefetch: bool = False
     """Prefetch the split's older keys and values past the first tile to L2 before the
     PDL wait."""
+
+
+@dataclass(slots=True)
+class PersistentConfig:
+    """The persistent layers kernel (`triton_persistent`, T = 1): tiles of each GEMV stage
+    (rows per tile `*_n`, TMA box width `*_k`, shared-memory buffers in flight `*_stages`),
+    the attention's splits, and the fraction of a CTA's next-stage weights asked of the L2
+    while it waits at a barrier."""
+
+    enabled: bool = True
+    ctas: int = 0
+    """CTAs of the launch (at most one per SM: the barriers need them all resident);
+    0: one per SM."""
+    num_warps: int = 8
+    qkv_n: int = 4
+    qkv_k: int = 256
+    qkv_stages: int = 6
+    o_n: int = 16
+    o_k: int = 256
+    o_stages: int = 4
+    gu_n: int = 32
+    gu_k: int = 128
+    gu_stages: int = 4
+    dn_n: int = 16
+    dn_k: int = 256
+    dn_stages: int = 6
+    splits: int = 16
+    block_l: int = 32
+    l2_qkv: float = 1.0
+    l2_o: float = 1.0
+    l2_gate_up: float = 0.25
+    l2_down: float = 0.25
+
+    def __post_init__(self) -> None:
+        for name in ("l2_qkv", "l2_o", "l2_gate_up", "l2_down"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} {getattr(self, name)} is not a fraction in [0, 1]")
+
+    def update(self, **changes) -> None:
+        """Change fields in place (checked as a new config would be); unknown ones refused."""
+        checked = replace(self, **changes)
+        for name in changes:
+            setattr(self, name, getattr(checked, name))
+
+
+PERSISTENT = PersistentConfig()
+"""Shared by reference: `update` it, never rebind it."""
 
 
 # The best of the sweeps on the H200 for Llama-3.2-1B (H 2048, I 8192, 32/8 heads of 64,
@@ -119,6 +169,20 @@ def fold_norms(w) -> None:
     w.lm_head = fold_weight(w.lm_head, w.norm)
     w.norm = torch.ones_like(w.norm)
     w.norms_folded = True
+    stack_layers(w)
+
+
+_STACKED = ("wqkv", "wo", "w13", "w2")
+
+
+def stack_layers(w) -> None:
+    """Put each kind of layer matrix (wqkv, wo, w13, w2) in one [layers, N, K] allocation,
+    the layers' tensors views of it: the persistent kernel reads a kind through one TMA
+    descriptor. The per-layer kernels and the torch steps see the same tensors."""
+    for name in _STACKED:
+        whole = torch.stack([getattr(layer, name) for layer in w.layers])
+        for i, layer in enumerate(w.layers):
+            setattr(layer, name, whole[i])
 
 
 @dataclass(slots=True)
@@ -140,6 +204,8 @@ def load_configs(path: str | os.PathLike) -> None:
     for name, fields in json.loads(Path(path).read_text()).items():
         if name in ("pdl", "early_trigger"):
             setattr(SETTINGS, name, bool(fields))
+        elif name == "persistent":
+            PERSISTENT.update(**fields)
         else:
             apply_config(name, fields)
 
@@ -180,8 +246,10 @@ def unsupported_reason(w) -> str | None:
 
 def set_config(name: str, **changes) -> None:
     """Change one kernel's block sizes (the sweep script's variants); "verify:<name>" for
-    the T > 1 tiles."""
-    if name in ATTN:
+    the T > 1 tiles; "persistent" for the persistent kernel's."""
+    if name == "persistent":
+        PERSISTENT.update(**changes)
+    elif name in ATTN:
         ATTN[name] = replace(ATTN[name], **changes)
     elif name.startswith("verify:"):
         key = name.split(":", 1)[1]
