@@ -535,7 +535,7 @@ def persistent_layers(
     n_stages = _STAGES_PER_LAYER * n_layers
     if on_gpu:
         _layers_kernel[(g,)](*args, 0, n_stages, *l2s, SYNC=True, **consts)
-        if not scratch.buffers.get("p_checked") and not torch.cuda.is_current_stream_capturing():
+        if "p_checked" not in scratch.buffers and not torch.cuda.is_current_stream_capturing():
             torch.cuda.synchronize(dev)
             if int(err.item()):
                 raise RuntimeError("the persistent kernel's grid barrier timed out")
