@@ -92,10 +92,9 @@ CHECK_SPACE: list[tuple[str, str, list]] = [
         [dict(block_n=16, block_k=128, prefetch=False, num_stages=1, l2_prefetch=0.0625)],
     ),
 ]
-# The persistent layers kernel (`triton_persistent`): first against the per-layer kernels,
-# then its tiles, pipeline depths, attention splits and L2 fractions.
+# The persistent layers kernel (`triton_persistent`): its tiles, pipeline depths, attention
+# splits and L2 fractions (the sweep's step times compare it with the per-layer kernels).
 PERSISTENT_SPACE: list[tuple[str, str, list]] = [
-    ("persistent", "enabled", [False]),
     ("persistent", "gu_stages", [3, 6]),
     ("persistent", "gu_n", [16, 64]),
     ("persistent", "gu_k", [64, 256]),
