@@ -89,6 +89,18 @@ def _grid_sync(bar_ptr, target, err_ptr, limit):
 
 
 @triton.jit
+def _stamp(prof_ptr, index, PROFILE: tl.constexpr):
+    """PROFILE: the global timer (ns) into prof[index] (a diagnosis of where a step's time
+    goes: `scripts/gpu_persistent_profile.py`)."""
+    if PROFILE:
+        one = tl.zeros((1,), tl.int32)
+        t = tl.inline_asm_elementwise(
+            "mov.u64 $0, %globaltimer;", "=l", [], dtype=tl.int64, is_pure=False, pack=1
+        )
+        tl.store(prof_ptr + index + one, t + one.to(tl.int64))
+
+
+@triton.jit
 def _run(pid, n_tiles, G):
     """This CTA's contiguous run of tiles [first, last) of a stage of n_tiles."""
     per = tl.cdiv(n_tiles, G)
@@ -306,8 +318,8 @@ def _layers_kernel(
     tokens_ptr, pos_ptr, embed_ptr, x_ptr, q_ptr, attn_ptr, act_ptr,
     m_ptr, l_ptr, acc_ptr, count_ptr, bar_ptr, err_ptr, kv_table,
     wqkv_ptr, wo_ptr, w13_ptr, w2_ptr, qkv_desc, o_desc, gu_desc, dn_desc, bias_ptr,
-    embed_x, x_qkv, x_gu, attn_x, act_x, cos_ptr, sin_ptr, n_layers, H, INTER, MAX_LEN, eps, sm_scale, s_lo, s_hi,
-    l2_qkv, l2_o, l2_gu, l2_dn,
+    embed_x, x_qkv, x_gu, attn_x, act_x, cos_ptr, sin_ptr, n_layers, H, INTER, MAX_LEN,
+    eps, sm_scale, s_lo, s_hi, l2_qkv, l2_o, l2_gu, l2_dn, prof_ptr,
     HAS_BIAS: tl.constexpr, N_HEADS: tl.constexpr, N_KV: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     QKV_N: tl.constexpr, QKV_K: tl.constexpr, QKV_S: tl.constexpr,
@@ -316,6 +328,7 @@ def _layers_kernel(
     DN_N: tl.constexpr, DN_K: tl.constexpr, DN_S: tl.constexpr,
     SPLITS: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_R: tl.constexpr,
     BLOCK_S: tl.constexpr, SYNC: tl.constexpr, ON_GPU: tl.constexpr,
+    PROFILE: tl.constexpr = False,
 ):  # fmt: skip
     """Stages s_lo .. s_hi - 1 of the layers (stage s = layer s // 5, part s % 5: QKV,
     attention, O, gate/up, down) for the token at tokens[0], position pos[0]; x ends as
@@ -329,6 +342,8 @@ def _layers_kernel(
     QKV_TILES: tl.constexpr = (N_HEADS + 2 * N_KV) * (HEAD_DIM // 2 // QKV_N)
     pid = tl.program_id(0)
     G = tl.num_programs(0)
+    prof = prof_ptr + pid * (2 * n_layers * 5 + 2)  # per CTA: start, then (end, go) a stage
+    _stamp(prof, 0, PROFILE)
     pos = tl.load(pos_ptr)
     token = tl.load(tokens_ptr)
     embed_row = embed_ptr + token * H
@@ -386,6 +401,7 @@ def _layers_kernel(
                 act_x, dn_desc, layer * H, x_ptr, dn_first, dn_last, H, INTER, DN_N, DN_K,
                 DN_S,
             )  # fmt: skip
+        _stamp(prof, 2 + 2 * s, PROFILE)
         if SYNC and s < n_stages - 1:
             # While the others finish: the next stage's weights of this CTA, to the L2.
             nxt = s + 1
@@ -417,6 +433,7 @@ def _layers_kernel(
                 )  # fmt: skip
             limit = tl.where(gave_up, 1, _SPIN_LIMIT)
             gave_up = gave_up | _grid_sync(bar_ptr, (s + 1 - s_lo) * G, err_ptr, limit)
+            _stamp(prof, 3 + 2 * s, PROFILE)
     if SYNC:  # noqa: SIM102 (constexpr first) the last CTA out resets the barrier
         if _ticket(bar_ptr + 1, ON_GPU) == G - 1:
             tl.store(bar_ptr, 0)
@@ -490,10 +507,12 @@ def persistent_layers(
     tokens: torch.Tensor,
     pos: torch.Tensor,
     scratch: Scratch,
+    profile: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Every layer of the decode step of tokens[0] at position pos[0] (T = 1) in one
     launch (the interpreter: one a stage); returns the residual stream x [1, H] after the
-    last layer, for the output head."""
+    last layer, for the output head. `profile` (GPU, int64 [CTAs, 2 + 2 * stages]): the
+    global timer at each CTA's start, and at each stage's end and barrier exit."""
     cfg = PERSISTENT
     dev = tokens.device
     h = w.embed.shape[1]
@@ -560,7 +579,10 @@ def persistent_layers(
     )  # fmt: skip
     n_stages = _STAGES_PER_LAYER * n_layers
     if on_gpu:
-        _layers_kernel[(g,)](*args, 0, n_stages, *l2s, SYNC=True, **consts)
+        prof = profile if profile is not None else err
+        _layers_kernel[(g,)](
+            *args, 0, n_stages, *l2s, prof, SYNC=True, PROFILE=profile is not None, **consts
+        )
         if "p_checked" not in scratch.buffers and not torch.cuda.is_current_stream_capturing():
             torch.cuda.synchronize(dev)
             if int(err.item()):
@@ -568,5 +590,5 @@ def persistent_layers(
             scratch.buffers["p_checked"] = err
     else:
         for s in range(n_stages):
-            _layers_kernel[(g,)](*args, s, s + 1, *l2s, SYNC=False, **consts)
+            _layers_kernel[(g,)](*args, s, s + 1, *l2s, err, SYNC=False, **consts)
     return x

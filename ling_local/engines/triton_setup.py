@@ -84,24 +84,25 @@ class PersistentConfig:
     """CTAs of the launch (at most one per SM: the barriers need them all resident);
     0: one per SM."""
     num_warps: int = 8
+    # The whole-step tune on the H200 (docs/bench/persistent_tune_h200_run1.json), 1B shape.
     qkv_n: int = 4
     qkv_k: int = 256
-    qkv_stages: int = 6
+    qkv_stages: int = 4
     o_n: int = 16
     o_k: int = 256
     o_stages: int = 4
     gu_n: int = 32
     gu_k: int = 128
-    gu_stages: int = 4
+    gu_stages: int = 6
     dn_n: int = 16
     dn_k: int = 256
     dn_stages: int = 6
     splits: int = 16
-    block_l: int = 32
-    l2_qkv: float = 1.0
+    block_l: int = 16
+    l2_qkv: float = 0.0
     l2_o: float = 1.0
-    l2_gate_up: float = 0.25
-    l2_down: float = 0.25
+    l2_gate_up: float = 0.0
+    l2_down: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("l2_qkv", "l2_o", "l2_gate_up", "l2_down"):
