@@ -117,136 +117,210 @@ def _x_tile(x_desc, x_row, kk, BK: tl.constexpr):
 
 
 @triton.jit
-def _qkv_stage(
-    x_desc, x_row, desc, row0, bias_ptr, q_ptr, kc_ptr, vc_ptr, cos_ptr, sin_ptr, pos, first, last,
-    K, eps, MAX_LEN,
-    HAS_BIAS: tl.constexpr, N_HEADS: tl.constexpr, N_KV: tl.constexpr,
-    HEAD_DIM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
+def _qkv_rows(j, pos, cos_ptr, sin_ptr, bias_ptr, HAS_BIAS: tl.constexpr,
+              HEAD_DIM: tl.constexpr, BN: tl.constexpr):  # fmt: skip
+    """QKV tile j's constant epilogue rows: RoPE's cos / sin at pos for its dims a and
+    b = a + HEAD_DIM / 2, and its biases (zeros without)."""
+    HALF: tl.constexpr = HEAD_DIM // 2
+    PER_HEAD: tl.constexpr = HALF // BN
+    lane = tl.arange(0, BN)
+    dim_a = (j % PER_HEAD) * BN + lane
+    rows_a = (j // PER_HEAD) * HEAD_DIM + dim_a
+    c_off = pos * HEAD_DIM + dim_a
+    cos_a = tl.load(cos_ptr + c_off).to(tl.float32)
+    sin_a = tl.load(sin_ptr + c_off).to(tl.float32)
+    cos_b = tl.load(cos_ptr + c_off + HALF).to(tl.float32)
+    sin_b = tl.load(sin_ptr + c_off + HALF).to(tl.float32)
+    bias_a = tl.zeros((BN,), tl.float32)
+    bias_b = tl.zeros((BN,), tl.float32)
+    if HAS_BIAS:
+        bias_a = tl.load(bias_ptr + rows_a).to(tl.float32)
+        bias_b = tl.load(bias_ptr + rows_a + HALF).to(tl.float32)
+    return cos_a, sin_a, cos_b, sin_b, bias_a, bias_b
+
+
+@triton.jit
+def _qkv_epilogue(
+    acc_a, acc_b, ss, j, rows, q_ptr, kc_ptr, vc_ptr, pos, K, eps, MAX_LEN,
+    N_HEADS: tl.constexpr, N_KV: tl.constexpr, HEAD_DIM: tl.constexpr, BN: tl.constexpr,
 ):  # fmt: skip
-    """Tiles [first, last) of rmsnorm(x) @ Wqkv^T (norm folded in): tile j holds BN dims
-    d of one head and the dims d + HEAD_DIM / 2 (RoPE's pair); q goes to q_ptr, k and v into
-    the layer's caches at `pos`."""
+    """QKV tile j's outputs from its sums: scaled by 1/rms, biased, rotated (q, k) and
+    stored (q to q_ptr, k and v into the caches at pos)."""
     DT: tl.constexpr = q_ptr.dtype.element_ty
     HALF: tl.constexpr = HEAD_DIM // 2
     PER_HEAD: tl.constexpr = HALF // BN
-    ksteps = tl.cdiv(K, BK)
+    cos_a, sin_a, cos_b, sin_b, bias_a, bias_b = rows
     lane = tl.arange(0, BN)
-    acc_a = tl.zeros((BN, BK), tl.float32)
-    acc_b = tl.zeros((BN, BK), tl.float32)
-    ss = tl.zeros((BK,), tl.float32)
-    zero = tl.zeros((BN,), tl.float32)
-    cos_a, sin_a, cos_b, sin_b, bias_a, bias_b = zero, zero, zero, zero, zero, zero
-    for it in tl.range(0, (last - first) * ksteps, num_stages=STAGES):
-        j = first + it // ksteps
-        kk = it % ksteps
-        head = j // PER_HEAD
-        a0 = head * HEAD_DIM + (j % PER_HEAD) * BN
-        rows_a = a0 + lane
-        dim_a = (j % PER_HEAD) * BN + lane
-        if kk == 0:  # the epilogue's constant rows, in flight during the tile's stream
-            c_off = pos * HEAD_DIM + dim_a
-            cos_a = tl.load(cos_ptr + c_off).to(tl.float32)
-            sin_a = tl.load(sin_ptr + c_off).to(tl.float32)
-            cos_b = tl.load(cos_ptr + c_off + HALF).to(tl.float32)
-            sin_b = tl.load(sin_ptr + c_off + HALF).to(tl.float32)
-            if HAS_BIAS:
-                bias_a = tl.load(bias_ptr + rows_a).to(tl.float32)
-                bias_b = tl.load(bias_ptr + rows_a + HALF).to(tl.float32)
-        x = _x_tile(x_desc, x_row, kk, BK)
-        wa = desc.load([row0 + a0, kk * BK])
-        wb = desc.load([row0 + a0 + HALF, kk * BK])
-        acc_a += x[None, :] * wa.to(tl.float32)
-        acc_b += x[None, :] * wb.to(tl.float32)
-        ss += x * x
-        if kk == ksteps - 1:
-            rstd = tl.rsqrt(tl.sum(ss, axis=0) / K + eps)
-            a = tl.sum(acc_a, axis=1) * rstd
-            b = tl.sum(acc_b, axis=1) * rstd
-            if HAS_BIAS:
-                a += bias_a
-                b += bias_b
-            a = _round(a, DT)
-            b = _round(b, DT)
-            if head < N_HEADS + N_KV:  # q or k: rotate (rotate_half), rounded as PyTorch
-                ra = _round(_round(a * cos_a, DT) + _round(-b * sin_a, DT), DT)
-                rb = _round(_round(b * cos_b, DT) + _round(a * sin_b, DT), DT)
-                a, b = ra, rb
-            if head < N_HEADS:
-                tl.store(q_ptr + rows_a, a.to(DT))
-                tl.store(q_ptr + rows_a + HALF, b.to(DT))
-            else:
-                kv_head = (head - N_HEADS) % N_KV
-                c_off = kv_head * MAX_LEN * HEAD_DIM + pos * HEAD_DIM + dim_a
-                inside = lane < tl.where(pos < MAX_LEN, BN, 0)  # a replay past the cache: nothing
-                if head < N_HEADS + N_KV:
-                    tl.store(kc_ptr + c_off, a.to(DT), mask=inside)
-                    tl.store(kc_ptr + c_off + HALF, b.to(DT), mask=inside)
-                else:
-                    tl.store(vc_ptr + c_off, a.to(DT), mask=inside)
-                    tl.store(vc_ptr + c_off + HALF, b.to(DT), mask=inside)
+    head = j // PER_HEAD
+    dim_a = (j % PER_HEAD) * BN + lane
+    rows_a = head * HEAD_DIM + dim_a
+    rstd = tl.rsqrt(tl.sum(ss, axis=0) / K + eps)
+    a = _round(tl.sum(acc_a, axis=1) * rstd + bias_a, DT)
+    b = _round(tl.sum(acc_b, axis=1) * rstd + bias_b, DT)
+    if head < N_HEADS + N_KV:  # q or k: rotate (rotate_half), rounded as PyTorch
+        ra = _round(_round(a * cos_a, DT) + _round(-b * sin_a, DT), DT)
+        rb = _round(_round(b * cos_b, DT) + _round(a * sin_b, DT), DT)
+        a, b = ra, rb
+    if head < N_HEADS:
+        tl.store(q_ptr + rows_a, a.to(DT))
+        tl.store(q_ptr + rows_a + HALF, b.to(DT))
+    else:
+        kv_head = (head - N_HEADS) % N_KV
+        c_off = kv_head * MAX_LEN * HEAD_DIM + pos * HEAD_DIM + dim_a
+        inside = lane < tl.where(pos < MAX_LEN, BN, 0)  # a replay past the cache: nothing
+        if head < N_HEADS + N_KV:
+            tl.store(kc_ptr + c_off, a.to(DT), mask=inside)
+            tl.store(kc_ptr + c_off + HALF, b.to(DT), mask=inside)
+        else:
+            tl.store(vc_ptr + c_off, a.to(DT), mask=inside)
+            tl.store(vc_ptr + c_off + HALF, b.to(DT), mask=inside)
+
+
+@triton.jit
+def _qkv_stage(
+    x_desc, x_row, desc, row0, bias_ptr, q_ptr, kc_ptr, vc_ptr, cos_ptr, sin_ptr, pos, first,
+    last, K, eps, MAX_LEN,
+    HAS_BIAS: tl.constexpr, N_HEADS: tl.constexpr, N_KV: tl.constexpr,
+    HEAD_DIM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
+    FLAT: tl.constexpr,
+):  # fmt: skip
+    """Tiles [first, last) of rmsnorm(x) @ Wqkv^T (norm folded in): tile j holds BN dims
+    d of one head and the dims d + HEAD_DIM / 2 (RoPE's pair); q goes to q_ptr, k and v into
+    the layer's caches at `pos`. FLAT: one pipelined loop over (tile, K step), else a
+    pipelined K loop per tile."""
+    HALF: tl.constexpr = HEAD_DIM // 2
+    PER_HEAD: tl.constexpr = HALF // BN
+    ksteps = tl.cdiv(K, BK)
+    if FLAT:
+        acc_a = tl.zeros((BN, BK), tl.float32)
+        acc_b = tl.zeros((BN, BK), tl.float32)
+        ss = tl.zeros((BK,), tl.float32)
+        rows = _qkv_rows(first, pos, cos_ptr, sin_ptr, bias_ptr, HAS_BIAS, HEAD_DIM, BN)
+        for it in tl.range(0, (last - first) * ksteps, num_stages=STAGES):
+            j = first + it // ksteps
+            kk = it % ksteps
+            a0 = (j // PER_HEAD) * HEAD_DIM + (j % PER_HEAD) * BN
+            if kk == 0:  # the epilogue's constant rows, in flight during the tile's stream
+                rows = _qkv_rows(j, pos, cos_ptr, sin_ptr, bias_ptr, HAS_BIAS, HEAD_DIM, BN)
+            x = _x_tile(x_desc, x_row, kk, BK)
+            wa = desc.load([row0 + a0, kk * BK])
+            wb = desc.load([row0 + a0 + HALF, kk * BK])
+            acc_a += x[None, :] * wa.to(tl.float32)
+            acc_b += x[None, :] * wb.to(tl.float32)
+            ss += x * x
+            if kk == ksteps - 1:
+                _qkv_epilogue(acc_a, acc_b, ss, j, rows, q_ptr, kc_ptr, vc_ptr, pos, K, eps,
+                              MAX_LEN, N_HEADS, N_KV, HEAD_DIM, BN)  # fmt: skip
+                acc_a = tl.zeros((BN, BK), tl.float32)
+                acc_b = tl.zeros((BN, BK), tl.float32)
+                ss = tl.zeros((BK,), tl.float32)
+    else:
+        for j in range(first, last):
+            a0 = (j // PER_HEAD) * HEAD_DIM + (j % PER_HEAD) * BN
+            rows = _qkv_rows(j, pos, cos_ptr, sin_ptr, bias_ptr, HAS_BIAS, HEAD_DIM, BN)
             acc_a = tl.zeros((BN, BK), tl.float32)
             acc_b = tl.zeros((BN, BK), tl.float32)
             ss = tl.zeros((BK,), tl.float32)
+            for kk in tl.range(0, ksteps, num_stages=STAGES):
+                x = _x_tile(x_desc, x_row, kk, BK)
+                wa = desc.load([row0 + a0, kk * BK])
+                wb = desc.load([row0 + a0 + HALF, kk * BK])
+                acc_a += x[None, :] * wa.to(tl.float32)
+                acc_b += x[None, :] * wb.to(tl.float32)
+                ss += x * x
+            _qkv_epilogue(acc_a, acc_b, ss, j, rows, q_ptr, kc_ptr, vc_ptr, pos, K, eps,
+                          MAX_LEN, N_HEADS, N_KV, HEAD_DIM, BN)  # fmt: skip
+
+
+@triton.jit
+def _gate_up_epilogue(acc_a, acc_b, ss, j, out_ptr, K, N_OUT, eps, BN: tl.constexpr):
+    DT: tl.constexpr = out_ptr.dtype.element_ty
+    rstd = tl.rsqrt(tl.sum(ss, axis=0) / K + eps)
+    a = _round(tl.sum(acc_a, axis=1) * rstd, DT)
+    b = _round(tl.sum(acc_b, axis=1) * rstd, DT)
+    gate = _round(a / (1.0 + tl.exp(-a)), DT)
+    rows = j * BN + tl.arange(0, BN)
+    tl.store(out_ptr + rows, _round(gate * b, DT).to(DT), mask=rows < N_OUT)
 
 
 @triton.jit
 def _gate_up_stage(
     x_desc, desc, row0, out_ptr, first, last, K, N_OUT, eps,
-    BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
+    BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr, FLAT: tl.constexpr,
 ):  # fmt: skip
     """Tiles [first, last) of silu(gate) * up of rmsnorm(x) (W13 = [gate; up], the norm
     folded in): tile j holds gate rows j * BN .. and the up rows N_OUT further."""
-    DT: tl.constexpr = out_ptr.dtype.element_ty
     ksteps = tl.cdiv(K, BK)
-    acc_a = tl.zeros((BN, BK), tl.float32)
-    acc_b = tl.zeros((BN, BK), tl.float32)
-    ss = tl.zeros((BK,), tl.float32)
-    for it in tl.range(0, (last - first) * ksteps, num_stages=STAGES):
-        j = first + it // ksteps
-        kk = it % ksteps
-        x = _x_tile(x_desc, 0, kk, BK)
-        wa = desc.load([row0 + j * BN, kk * BK])
-        wb = desc.load([row0 + N_OUT + j * BN, kk * BK])
-        acc_a += x[None, :] * wa.to(tl.float32)
-        acc_b += x[None, :] * wb.to(tl.float32)
-        ss += x * x
-        if kk == ksteps - 1:
-            rstd = tl.rsqrt(tl.sum(ss, axis=0) / K + eps)
-            a = _round(tl.sum(acc_a, axis=1) * rstd, DT)
-            b = _round(tl.sum(acc_b, axis=1) * rstd, DT)
-            gate = _round(a / (1.0 + tl.exp(-a)), DT)
-            rows = j * BN + tl.arange(0, BN)
-            tl.store(out_ptr + rows, _round(gate * b, DT).to(DT), mask=rows < N_OUT)
+    if FLAT:
+        acc_a = tl.zeros((BN, BK), tl.float32)
+        acc_b = tl.zeros((BN, BK), tl.float32)
+        ss = tl.zeros((BK,), tl.float32)
+        for it in tl.range(0, (last - first) * ksteps, num_stages=STAGES):
+            j = first + it // ksteps
+            kk = it % ksteps
+            x = _x_tile(x_desc, 0, kk, BK)
+            wa = desc.load([row0 + j * BN, kk * BK])
+            wb = desc.load([row0 + N_OUT + j * BN, kk * BK])
+            acc_a += x[None, :] * wa.to(tl.float32)
+            acc_b += x[None, :] * wb.to(tl.float32)
+            ss += x * x
+            if kk == ksteps - 1:
+                _gate_up_epilogue(acc_a, acc_b, ss, j, out_ptr, K, N_OUT, eps, BN)
+                acc_a = tl.zeros((BN, BK), tl.float32)
+                acc_b = tl.zeros((BN, BK), tl.float32)
+                ss = tl.zeros((BK,), tl.float32)
+    else:
+        for j in range(first, last):
             acc_a = tl.zeros((BN, BK), tl.float32)
             acc_b = tl.zeros((BN, BK), tl.float32)
             ss = tl.zeros((BK,), tl.float32)
+            for kk in tl.range(0, ksteps, num_stages=STAGES):
+                x = _x_tile(x_desc, 0, kk, BK)
+                wa = desc.load([row0 + j * BN, kk * BK])
+                wb = desc.load([row0 + N_OUT + j * BN, kk * BK])
+                acc_a += x[None, :] * wa.to(tl.float32)
+                acc_b += x[None, :] * wb.to(tl.float32)
+                ss += x * x
+            _gate_up_epilogue(acc_a, acc_b, ss, j, out_ptr, K, N_OUT, eps, BN)
 
 
 @triton.jit
 def _residual_stage(
     x_desc, desc, row0, res_ptr, first, last, N, K,
-    BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
+    BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr, FLAT: tl.constexpr,
 ):  # fmt: skip
-    """Tiles [first, last) of res += x @ W^T (the O and down projections), in place."""
+    """Tiles [first, last) of res += x @ W^T (the O and down projections), in place; the
+    residual rows are read at a tile's start, in flight during its stream."""
     DT: tl.constexpr = res_ptr.dtype.element_ty
     ksteps = tl.cdiv(K, BK)
-    acc = tl.zeros((BN, BK), tl.float32)
-    res = tl.zeros((BN,), tl.float32)
-    for it in tl.range(0, (last - first) * ksteps, num_stages=STAGES):
-        j = first + it // ksteps
-        kk = it % ksteps
-        rows = j * BN + tl.arange(0, BN)
-        m = rows < N
-        if kk == 0:  # the residual rows, in flight during the tile's stream
-            res = tl.load(res_ptr + rows, mask=m, other=0.0, cache_modifier=".cg")
-            res = res.to(tl.float32)
-        x = _x_tile(x_desc, 0, kk, BK)
-        w = desc.load([row0 + j * BN, kk * BK])
-        acc += x[None, :] * w.to(tl.float32)
-        if kk == ksteps - 1:
-            y = _round(res + _round(tl.sum(acc, axis=1), DT), DT)
-            tl.store(res_ptr + rows, y.to(DT), mask=m)
+    if FLAT:
+        acc = tl.zeros((BN, BK), tl.float32)
+        res = tl.zeros((BN,), tl.float32)
+        for it in tl.range(0, (last - first) * ksteps, num_stages=STAGES):
+            j = first + it // ksteps
+            kk = it % ksteps
+            rows = j * BN + tl.arange(0, BN)
+            if kk == 0:
+                res = tl.load(res_ptr + rows, mask=rows < N, other=0.0, cache_modifier=".cg")
+                res = res.to(tl.float32)
+            x = _x_tile(x_desc, 0, kk, BK)
+            w = desc.load([row0 + j * BN, kk * BK])
+            acc += x[None, :] * w.to(tl.float32)
+            if kk == ksteps - 1:
+                y = _round(res + _round(tl.sum(acc, axis=1), DT), DT)
+                tl.store(res_ptr + rows, y.to(DT), mask=rows < N)
+                acc = tl.zeros((BN, BK), tl.float32)
+    else:
+        for j in range(first, last):
+            rows = j * BN + tl.arange(0, BN)
+            res = tl.load(res_ptr + rows, mask=rows < N, other=0.0, cache_modifier=".cg")
             acc = tl.zeros((BN, BK), tl.float32)
+            for kk in tl.range(0, ksteps, num_stages=STAGES):
+                x = _x_tile(x_desc, 0, kk, BK)
+                w = desc.load([row0 + j * BN, kk * BK])
+                acc += x[None, :] * w.to(tl.float32)
+            y = _round(res.to(tl.float32) + _round(tl.sum(acc, axis=1), DT), DT)
+            tl.store(res_ptr + rows, y.to(DT), mask=rows < N)
 
 
 @triton.jit
@@ -328,7 +402,7 @@ def _layers_kernel(
     DN_N: tl.constexpr, DN_K: tl.constexpr, DN_S: tl.constexpr,
     SPLITS: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_R: tl.constexpr,
     BLOCK_S: tl.constexpr, SYNC: tl.constexpr, ON_GPU: tl.constexpr,
-    PROFILE: tl.constexpr = False,
+    FLAT: tl.constexpr = True, PROFILE: tl.constexpr = False,
 ):  # fmt: skip
     """Stages s_lo .. s_hi - 1 of the layers (stage s = layer s // 5, part s % 5: QKV,
     attention, O, gate/up, down) for the token at tokens[0], position pos[0]; x ends as
@@ -370,13 +444,13 @@ def _layers_kernel(
                 _qkv_stage(
                     embed_x, token.to(tl.int32), qkv_desc, 0, bias, q_ptr, kc, vc, cos_ptr, sin_ptr, pos,
                     qkv_first, qkv_last, H, eps, MAX_LEN, HAS_BIAS, N_HEADS, N_KV,
-                    HEAD_DIM, QKV_N, QKV_K, QKV_S,
+                    HEAD_DIM, QKV_N, QKV_K, QKV_S, FLAT,
                 )  # fmt: skip
             else:
                 _qkv_stage(
                     x_qkv, 0, qkv_desc, layer * QKV_ROWS, bias, q_ptr, kc, vc, cos_ptr,
                     sin_ptr, pos, qkv_first, qkv_last, H, eps, MAX_LEN, HAS_BIAS, N_HEADS,
-                    N_KV, HEAD_DIM, QKV_N, QKV_K, QKV_S,
+                    N_KV, HEAD_DIM, QKV_N, QKV_K, QKV_S, FLAT,
                 )  # fmt: skip
         elif part == 1:
             kc = tl.load(kv_table + 2 * layer).to(tl.pointer_type(DT))
@@ -389,17 +463,17 @@ def _layers_kernel(
         elif part == 2:
             _residual_stage(
                 attn_x, o_desc, layer * H, x_ptr, o_first, o_last, H, N_HEADS * HEAD_DIM,
-                O_N, O_K, O_S,
+                O_N, O_K, O_S, FLAT,
             )  # fmt: skip
         elif part == 3:
             _gate_up_stage(
                 x_gu, gu_desc, layer * 2 * INTER, act_ptr, gu_first, gu_last, H, INTER, eps,
-                GU_N, GU_K, GU_S,
+                GU_N, GU_K, GU_S, FLAT,
             )  # fmt: skip
         else:
             _residual_stage(
                 act_x, dn_desc, layer * H, x_ptr, dn_first, dn_last, H, INTER, DN_N, DN_K,
-                DN_S,
+                DN_S, FLAT,
             )  # fmt: skip
         _stamp(prof, 2 + 2 * s, PROFILE)
         if SYNC and s < n_stages - 1:
@@ -416,6 +490,17 @@ def _layers_kernel(
                 limit_rows = n_layers * QKV_ROWS
                 _prefetch_rows(wqkv_ptr, first, rows, H, limit_rows, l2_qkv, ON_GPU)
                 _prefetch_rows(wqkv_ptr, first + HEAD_DIM // 2, rows, H, limit_rows, l2_qkv, ON_GPU)
+            elif npart == 1:  # this CTA's first attention tile: its split of older K and V
+                if pid < N_KV * SPLITS:
+                    chunk = tl.cdiv(tl.cdiv(pos + 1, SPLITS), BLOCK_L) * BLOCK_L
+                    start = (pid % SPLITS) * chunk
+                    n_old = tl.minimum(tl.minimum(start + chunk, pos), MAX_LEN) - start
+                    base = (pid // SPLITS) * MAX_LEN + start
+                    kc = tl.load(kv_table + 2 * nl).to(tl.pointer_type(DT))
+                    vc = tl.load(kv_table + 2 * nl + 1).to(tl.pointer_type(DT))
+                    nbytes = n_old * HEAD_DIM * 2
+                    _prefetch_rows(kc, base, n_old, HEAD_DIM, base + n_old, nbytes, ON_GPU)
+                    _prefetch_rows(vc, base, n_old, HEAD_DIM, base + n_old, nbytes, ON_GPU)
             elif npart == 2:
                 _prefetch_rows(
                     wo_ptr, nl * H + o_first * O_N, (o_last - o_first) * O_N,
@@ -574,7 +659,7 @@ def persistent_layers(
         O_N=cfg.o_n, O_K=cfg.o_k, O_S=cfg.o_stages,
         GU_N=cfg.gu_n, GU_K=cfg.gu_k, GU_S=cfg.gu_stages,
         DN_N=cfg.dn_n, DN_K=cfg.dn_k, DN_S=cfg.dn_stages,
-        SPLITS=cfg.splits, BLOCK_L=cfg.block_l, BLOCK_R=max(2, _pow2(nh // nkv)),
+        FLAT=cfg.flat, SPLITS=cfg.splits, BLOCK_L=cfg.block_l, BLOCK_R=max(2, _pow2(nh // nkv)),
         BLOCK_S=max(2, _pow2(cfg.splits)), ON_GPU=on_gpu, num_warps=cfg.num_warps,
     )  # fmt: skip
     n_stages = _STAGES_PER_LAYER * n_layers

@@ -84,6 +84,9 @@ class PersistentConfig:
     """CTAs of the launch (at most one per SM: the barriers need them all resident);
     0: one per SM."""
     num_warps: int = 8
+    flat: bool = True
+    """Each GEMV stage as one pipelined loop over (tile, K step); False: a pipelined K loop
+    per tile (the pipeline refills at each tile)."""
     # The whole-step tune on the H200 (docs/bench/persistent_tune_h200_run1.json), 1B shape.
     qkv_n: int = 4
     qkv_k: int = 256
