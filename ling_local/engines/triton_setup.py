@@ -77,24 +77,30 @@ class PersistentConfig:
     """The persistent layers kernel (`triton_persistent`, T = 1): tiles of each GEMV stage
     (rows per tile `*_n`, TMA box width `*_k`, shared-memory buffers in flight `*_stages`),
     the attention's splits, and the fraction of a CTA's next-stage weights asked of the L2
-    while it waits at a barrier."""
+    while it waits at a barrier.
 
-    enabled: bool = True
+    Off by default: measured on the H200 (1B shape, docs/bench/persistent_*), its best
+    config takes 1.07 ms a step against the per-layer kernels' 0.90. Its barriers are cheap
+    (1.0-1.25 us each, profiled), but with one CTA per SM its stages stream slower than the
+    per-layer kernels with several CTAs per SM, and its attention (~10 us a layer) has no
+    predecessor to hide behind."""
+
+    enabled: bool = False
     ctas: int = 0
     """CTAs of the launch (at most one per SM: the barriers need them all resident);
     0: one per SM."""
     num_warps: int = 8
-    flat: bool = True
+    flat: bool = False
     """Each GEMV stage as one pipelined loop over (tile, K step); False: a pipelined K loop
-    per tile (the pipeline refills at each tile)."""
-    # The whole-step tune on the H200 (docs/bench/persistent_tune_h200_run1.json), 1B shape.
-    qkv_n: int = 4
+    per tile (measured faster: 1.198 -> 1.159 ms)."""
+    # The best of the H200 tune and profiles (docs/bench/persistent_profile_h200_run2.json).
+    qkv_n: int = 8
     qkv_k: int = 256
     qkv_stages: int = 4
     o_n: int = 16
     o_k: int = 256
     o_stages: int = 4
-    gu_n: int = 32
+    gu_n: int = 64
     gu_k: int = 128
     gu_stages: int = 6
     dn_n: int = 16
