@@ -1,4 +1,5 @@
-"""The decode step's layers in one persistent kernel (T = 1, `PERSISTENT.enabled`).
+"""The decode step's layers in one persistent kernel (T = 1, `PERSISTENT.enabled`; off by
+default: measured slower than the per-layer kernels, see below).
 
 The per-layer kernels of `triton_kernels` (five launches a layer) each pay a few
 microseconds of launch, first-load and drain latency that PDL hides only in part; on the
@@ -11,11 +12,17 @@ weight stream does not stop at a stage boundary. The output head stays a kernel 
 (`triton_kernels.lm_head_argmax`, near the floor already). The embedding row is read by
 layer 0 directly and copied into the residual stream by the CTAs on the way.
 
-Each GEMV stage gives every CTA a contiguous run of row tiles and streams them in one
-flattened loop of TMA loads (tiles x K steps, `STAGES` shared-memory buffers kept in flight
-across tile boundaries by Triton's pipeliner); the epilogue runs in the loop on a tile's
-last step. Numerics are those of the per-layer kernels at T = 1 (bf16 wherever PyTorch
-rounds, fp32 sums); only the order of the fp32 sums differs.
+Each GEMV stage gives every CTA a contiguous run of row tiles and streams weights and the
+input row through TMA loads, `STAGES` shared-memory buffers kept in flight by Triton's
+pipeliner: a pipelined K loop per tile, or (`flat`) one loop over tiles x K steps with the
+epilogue on a tile's last step. Numerics are those of the per-layer kernels at T = 1 (bf16
+wherever PyTorch rounds, fp32 sums); only the order of the fp32 sums differs.
+
+Measured on the H200 (docs/bench/persistent_*): the barriers cost 1.0-1.25 us each, but with
+one CTA per SM the stages stream slower than the per-layer kernels do with several CTAs per
+SM, and the attention (~10 us a layer) has nothing to hide its latency behind: best step
+1.07 ms against 0.90. `PROFILE` stamps the global timer at each stage end and barrier exit
+(`scripts/gpu_persistent_profile.py`) for whoever takes it further.
 
 All CTAs of a launch must be resident at once (the barriers wait for every one): the grid
 is at most one CTA per SM. A barrier that waits too long (a deadlock that cannot happen
@@ -117,6 +124,18 @@ def _x_tile(x_desc, x_row, kk, BK: tl.constexpr):
 
 
 @triton.jit
+def _pair_step(x_desc, x_row, desc, row_a, row_b, kk, acc_a, acc_b, ss, BK: tl.constexpr):
+    """One K step of two row blocks (rows row_a.. and row_b..) against the input row:
+    the running products and the input's sum of squares (for the RMSNorm)."""
+    x = _x_tile(x_desc, x_row, kk, BK)
+    wa = desc.load([row_a, kk * BK])
+    wb = desc.load([row_b, kk * BK])
+    acc_a += x[None, :] * wa.to(tl.float32)
+    acc_b += x[None, :] * wb.to(tl.float32)
+    return acc_a, acc_b, ss + x * x
+
+
+@triton.jit
 def _qkv_rows(j, pos, cos_ptr, sin_ptr, bias_ptr, HAS_BIAS: tl.constexpr,
               HEAD_DIM: tl.constexpr, BN: tl.constexpr):  # fmt: skip
     """QKV tile j's constant epilogue rows: RoPE's cos / sin at pos for its dims a and
@@ -202,12 +221,9 @@ def _qkv_stage(
             a0 = (j // PER_HEAD) * HEAD_DIM + (j % PER_HEAD) * BN
             if kk == 0:  # the epilogue's constant rows, in flight during the tile's stream
                 rows = _qkv_rows(j, pos, cos_ptr, sin_ptr, bias_ptr, HAS_BIAS, HEAD_DIM, BN)
-            x = _x_tile(x_desc, x_row, kk, BK)
-            wa = desc.load([row0 + a0, kk * BK])
-            wb = desc.load([row0 + a0 + HALF, kk * BK])
-            acc_a += x[None, :] * wa.to(tl.float32)
-            acc_b += x[None, :] * wb.to(tl.float32)
-            ss += x * x
+            acc_a, acc_b, ss = _pair_step(
+                x_desc, x_row, desc, row0 + a0, row0 + a0 + HALF, kk, acc_a, acc_b, ss, BK
+            )
             if kk == ksteps - 1:
                 _qkv_epilogue(acc_a, acc_b, ss, j, rows, q_ptr, kc_ptr, vc_ptr, pos, K, eps,
                               MAX_LEN, N_HEADS, N_KV, HEAD_DIM, BN)  # fmt: skip
@@ -222,12 +238,9 @@ def _qkv_stage(
             acc_b = tl.zeros((BN, BK), tl.float32)
             ss = tl.zeros((BK,), tl.float32)
             for kk in tl.range(0, ksteps, num_stages=STAGES):
-                x = _x_tile(x_desc, x_row, kk, BK)
-                wa = desc.load([row0 + a0, kk * BK])
-                wb = desc.load([row0 + a0 + HALF, kk * BK])
-                acc_a += x[None, :] * wa.to(tl.float32)
-                acc_b += x[None, :] * wb.to(tl.float32)
-                ss += x * x
+                acc_a, acc_b, ss = _pair_step(
+                    x_desc, x_row, desc, row0 + a0, row0 + a0 + HALF, kk, acc_a, acc_b, ss, BK
+                )
             _qkv_epilogue(acc_a, acc_b, ss, j, rows, q_ptr, kc_ptr, vc_ptr, pos, K, eps,
                           MAX_LEN, N_HEADS, N_KV, HEAD_DIM, BN)  # fmt: skip
 
@@ -258,12 +271,9 @@ def _gate_up_stage(
         for it in tl.range(0, (last - first) * ksteps, num_stages=STAGES):
             j = first + it // ksteps
             kk = it % ksteps
-            x = _x_tile(x_desc, 0, kk, BK)
-            wa = desc.load([row0 + j * BN, kk * BK])
-            wb = desc.load([row0 + N_OUT + j * BN, kk * BK])
-            acc_a += x[None, :] * wa.to(tl.float32)
-            acc_b += x[None, :] * wb.to(tl.float32)
-            ss += x * x
+            acc_a, acc_b, ss = _pair_step(
+                x_desc, 0, desc, row0 + j * BN, row0 + N_OUT + j * BN, kk, acc_a, acc_b, ss, BK
+            )
             if kk == ksteps - 1:
                 _gate_up_epilogue(acc_a, acc_b, ss, j, out_ptr, K, N_OUT, eps, BN)
                 acc_a = tl.zeros((BN, BK), tl.float32)
@@ -275,12 +285,10 @@ def _gate_up_stage(
             acc_b = tl.zeros((BN, BK), tl.float32)
             ss = tl.zeros((BK,), tl.float32)
             for kk in tl.range(0, ksteps, num_stages=STAGES):
-                x = _x_tile(x_desc, 0, kk, BK)
-                wa = desc.load([row0 + j * BN, kk * BK])
-                wb = desc.load([row0 + N_OUT + j * BN, kk * BK])
-                acc_a += x[None, :] * wa.to(tl.float32)
-                acc_b += x[None, :] * wb.to(tl.float32)
-                ss += x * x
+                acc_a, acc_b, ss = _pair_step(
+                    x_desc, 0, desc, row0 + j * BN, row0 + N_OUT + j * BN, kk, acc_a, acc_b, ss,
+                    BK,
+                )  # fmt: skip
             _gate_up_epilogue(acc_a, acc_b, ss, j, out_ptr, K, N_OUT, eps, BN)
 
 
@@ -532,10 +540,9 @@ def _stack(w, name: str) -> torch.Tensor:
     """The [layers * N, K] allocation holding every layer's matrix `name`."""
     first = getattr(w.layers[0], name)
     rows, k = first.shape
-    whole = torch.empty(0, dtype=first.dtype, device=first.device).set_(
+    return torch.empty(0, dtype=first.dtype, device=first.device).set_(
         first.untyped_storage(), first.storage_offset(), (len(w.layers) * rows, k), (k, 1)
     )
-    return whole
 
 
 def persistent_ready(w) -> str | None:
