@@ -83,7 +83,7 @@ def main() -> int:
     print(f"per-layer kernels: step {result['per_layer_kernels_step_ms']} ms", flush=True)
     for changes in json.loads(args.configs):
         tk.PERSISTENT.update(**base)
-        tk.PERSISTENT.update(**changes)
+        tk.PERSISTENT.update(**{"enabled": True, **changes})  # it ships off
         run: dict = {"changes": changes}
         try:
             run["step_ms"] = step_ms(fx, 1, "triton", 200)
