@@ -210,8 +210,8 @@ SETTINGS = Settings()
 
 def load_configs(path: str | os.PathLike) -> None:
     """Take block sizes (and `pdl`) from a JSON file of the sweep script's form
-    ({"qkv": {"block_n": 8, ...}, "attn": {...}, "pdl": true, "early_trigger": false});
-    unknown names refused."""
+    ({"qkv": {"block_n": 8, ...}, "attn": {...}, "pdl": true, "early_trigger": false,
+    "persistent": {"enabled": true, ...}}); unknown names refused."""
     for name, fields in json.loads(Path(path).read_text()).items():
         if name in ("pdl", "early_trigger"):
             setattr(SETTINGS, name, bool(fields))
