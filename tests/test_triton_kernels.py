@@ -361,11 +361,20 @@ def test_unstacked_weights_take_the_per_layer_kernels(tk, monkeypatch) -> None:
     assert unstacked == stacked
 
 
-def test_persistent_config_is_checked() -> None:
-    from ling_local.engines.triton_setup import PERSISTENT, set_config
+def test_persistent_config_is_checked(tmp_path, monkeypatch) -> None:
+    """Changed in place (the kernels' module holds the same object), from a JSON file as
+    the sweep writes it; bad values and unknown fields refused and nothing changed."""
+    from ling_local.engines import triton_setup
+    from ling_local.engines.triton_persistent import PERSISTENT as seen_by_the_kernel
 
+    for name in ("enabled", "l2_down", "gu_n"):
+        monkeypatch.setattr(triton_setup.PERSISTENT, name, getattr(triton_setup.PERSISTENT, name))
     with pytest.raises(ValueError, match="fraction"):
-        set_config("persistent", l2_down=1.5)
+        triton_setup.set_config("persistent", l2_down=1.5)
     with pytest.raises(TypeError):
-        set_config("persistent", no_such_field=1)
-    assert PERSISTENT.l2_down <= 1.0
+        triton_setup.set_config("persistent", no_such_field=1)
+    assert triton_setup.PERSISTENT.l2_down <= 1.0
+    path = tmp_path / "best.json"
+    path.write_text('{"persistent": {"enabled": true, "gu_n": 16}}')
+    triton_setup.load_configs(path)
+    assert seen_by_the_kernel.enabled and seen_by_the_kernel.gu_n == 16
