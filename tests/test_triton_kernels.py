@@ -324,18 +324,15 @@ def _step_pair(runner: LlamaRunner, tk, monkeypatch, prompt_len: int, steps: int
     return out
 
 
-@pytest.mark.parametrize(
-    ("kind", "ctas", "flat"), [("llama", 3, True), ("qwen2", 5, False), ("llama-tied", 1, True)]
-)
+@pytest.mark.parametrize(("kind", "ctas"), [("llama", 3), ("qwen2", 5), ("llama-tied", 1)])
 def test_persistent_layers_match_the_per_layer_kernels(
-    tk, monkeypatch, kind: str, ctas: int, flat: bool
+    tk, monkeypatch, kind: str, ctas: int
 ) -> None:
     """The one-launch step (grid barriers on a GPU, a launch a stage in the interpreter)
     gives the per-layer kernels' logits and tokens, and writes the same keys and values;
-    with 1, 3 and 5 CTAs sharing the tiles unevenly, q/k/v biases (qwen2), both loop forms."""
+    with 1, 3 and 5 CTAs sharing the tiles unevenly, q/k/v biases (qwen2)."""
     runner = _runner(kind)
     assert tk.persistent_ready(runner.weights) is None  # fold_norms stacked the layers
-    monkeypatch.setattr(tk.PERSISTENT, "flat", flat)
     if _INTERPRET:
         monkeypatch.setattr(tk.PERSISTENT, "ctas", ctas)
     (pl, pt, ps), (ll, lt, ls) = _step_pair(runner, tk, monkeypatch, 33, 3)

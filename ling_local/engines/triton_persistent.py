@@ -14,8 +14,8 @@ layer 0 directly and copied into the residual stream by the CTAs on the way.
 
 Each GEMV stage gives every CTA a contiguous run of row tiles and streams weights and the
 input row through TMA loads, `STAGES` shared-memory buffers kept in flight by Triton's
-pipeliner: a pipelined K loop per tile, or (`flat`) one loop over tiles x K steps with the
-epilogue on a tile's last step. Numerics are those of the per-layer kernels at T = 1 (bf16
+pipeliner: a pipelined K loop per tile (one loop over tiles x K steps with the epilogue on a
+tile's last step measured slower: 1.198 against 1.159 ms). Numerics are those of the per-layer kernels at T = 1 (bf16
 wherever PyTorch rounds, fp32 sums); only the order of the fp32 sums differs.
 
 Measured on the H200 (docs/bench/persistent_*): the barriers cost 1.0-1.25 us each, but with
@@ -201,48 +201,25 @@ def _qkv_stage(
     last, K, eps, MAX_LEN,
     HAS_BIAS: tl.constexpr, N_HEADS: tl.constexpr, N_KV: tl.constexpr,
     HEAD_DIM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
-    FLAT: tl.constexpr,
 ):  # fmt: skip
     """Tiles [first, last) of rmsnorm(x) @ Wqkv^T (norm folded in): tile j holds BN dims
     d of one head and the dims d + HEAD_DIM / 2 (RoPE's pair); q goes to q_ptr, k and v into
-    the layer's caches at `pos`. FLAT: one pipelined loop over (tile, K step), else a
-    pipelined K loop per tile."""
+    the layer's caches at `pos`. A pipelined K loop per tile."""
     HALF: tl.constexpr = HEAD_DIM // 2
     PER_HEAD: tl.constexpr = HALF // BN
     ksteps = tl.cdiv(K, BK)
-    if FLAT:
+    for j in range(first, last):
+        a0 = (j // PER_HEAD) * HEAD_DIM + (j % PER_HEAD) * BN
+        rows = _qkv_rows(j, pos, cos_ptr, sin_ptr, bias_ptr, HAS_BIAS, HEAD_DIM, BN)
         acc_a = tl.zeros((BN, BK), tl.float32)
         acc_b = tl.zeros((BN, BK), tl.float32)
         ss = tl.zeros((BK,), tl.float32)
-        rows = _qkv_rows(first, pos, cos_ptr, sin_ptr, bias_ptr, HAS_BIAS, HEAD_DIM, BN)
-        for it in tl.range(0, (last - first) * ksteps, num_stages=STAGES):
-            j = first + it // ksteps
-            kk = it % ksteps
-            a0 = (j // PER_HEAD) * HEAD_DIM + (j % PER_HEAD) * BN
-            if kk == 0:  # the epilogue's constant rows, in flight during the tile's stream
-                rows = _qkv_rows(j, pos, cos_ptr, sin_ptr, bias_ptr, HAS_BIAS, HEAD_DIM, BN)
+        for kk in tl.range(0, ksteps, num_stages=STAGES):
             acc_a, acc_b, ss = _pair_step(
                 x_desc, x_row, desc, row0 + a0, row0 + a0 + HALF, kk, acc_a, acc_b, ss, BK
             )
-            if kk == ksteps - 1:
-                _qkv_epilogue(acc_a, acc_b, ss, j, rows, q_ptr, kc_ptr, vc_ptr, pos, K, eps,
-                              MAX_LEN, N_HEADS, N_KV, HEAD_DIM, BN)  # fmt: skip
-                acc_a = tl.zeros((BN, BK), tl.float32)
-                acc_b = tl.zeros((BN, BK), tl.float32)
-                ss = tl.zeros((BK,), tl.float32)
-    else:
-        for j in range(first, last):
-            a0 = (j // PER_HEAD) * HEAD_DIM + (j % PER_HEAD) * BN
-            rows = _qkv_rows(j, pos, cos_ptr, sin_ptr, bias_ptr, HAS_BIAS, HEAD_DIM, BN)
-            acc_a = tl.zeros((BN, BK), tl.float32)
-            acc_b = tl.zeros((BN, BK), tl.float32)
-            ss = tl.zeros((BK,), tl.float32)
-            for kk in tl.range(0, ksteps, num_stages=STAGES):
-                acc_a, acc_b, ss = _pair_step(
-                    x_desc, x_row, desc, row0 + a0, row0 + a0 + HALF, kk, acc_a, acc_b, ss, BK
-                )
-            _qkv_epilogue(acc_a, acc_b, ss, j, rows, q_ptr, kc_ptr, vc_ptr, pos, K, eps,
-                          MAX_LEN, N_HEADS, N_KV, HEAD_DIM, BN)  # fmt: skip
+        _qkv_epilogue(acc_a, acc_b, ss, j, rows, q_ptr, kc_ptr, vc_ptr, pos, K, eps,
+                      MAX_LEN, N_HEADS, N_KV, HEAD_DIM, BN)  # fmt: skip
 
 
 @triton.jit
@@ -259,76 +236,41 @@ def _gate_up_epilogue(acc_a, acc_b, ss, j, out_ptr, K, N_OUT, eps, BN: tl.conste
 @triton.jit
 def _gate_up_stage(
     x_desc, desc, row0, out_ptr, first, last, K, N_OUT, eps,
-    BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr, FLAT: tl.constexpr,
+    BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
 ):  # fmt: skip
     """Tiles [first, last) of silu(gate) * up of rmsnorm(x) (W13 = [gate; up], the norm
     folded in): tile j holds gate rows j * BN .. and the up rows N_OUT further."""
     ksteps = tl.cdiv(K, BK)
-    if FLAT:
+    for j in range(first, last):
         acc_a = tl.zeros((BN, BK), tl.float32)
         acc_b = tl.zeros((BN, BK), tl.float32)
         ss = tl.zeros((BK,), tl.float32)
-        for it in tl.range(0, (last - first) * ksteps, num_stages=STAGES):
-            j = first + it // ksteps
-            kk = it % ksteps
+        for kk in tl.range(0, ksteps, num_stages=STAGES):
             acc_a, acc_b, ss = _pair_step(
                 x_desc, 0, desc, row0 + j * BN, row0 + N_OUT + j * BN, kk, acc_a, acc_b, ss, BK
             )
-            if kk == ksteps - 1:
-                _gate_up_epilogue(acc_a, acc_b, ss, j, out_ptr, K, N_OUT, eps, BN)
-                acc_a = tl.zeros((BN, BK), tl.float32)
-                acc_b = tl.zeros((BN, BK), tl.float32)
-                ss = tl.zeros((BK,), tl.float32)
-    else:
-        for j in range(first, last):
-            acc_a = tl.zeros((BN, BK), tl.float32)
-            acc_b = tl.zeros((BN, BK), tl.float32)
-            ss = tl.zeros((BK,), tl.float32)
-            for kk in tl.range(0, ksteps, num_stages=STAGES):
-                acc_a, acc_b, ss = _pair_step(
-                    x_desc, 0, desc, row0 + j * BN, row0 + N_OUT + j * BN, kk, acc_a, acc_b, ss,
-                    BK,
-                )  # fmt: skip
-            _gate_up_epilogue(acc_a, acc_b, ss, j, out_ptr, K, N_OUT, eps, BN)
+        _gate_up_epilogue(acc_a, acc_b, ss, j, out_ptr, K, N_OUT, eps, BN)
 
 
 @triton.jit
 def _residual_stage(
     x_desc, desc, row0, res_ptr, first, last, N, K,
-    BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr, FLAT: tl.constexpr,
+    BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
 ):  # fmt: skip
     """Tiles [first, last) of res += x @ W^T (the O and down projections), in place; the
     residual rows are read at a tile's start, in flight during its stream."""
     DT: tl.constexpr = res_ptr.dtype.element_ty
     ksteps = tl.cdiv(K, BK)
-    if FLAT:
+    for j in range(first, last):
+        rows = j * BN + tl.arange(0, BN)
+        res = tl.load(res_ptr + rows, mask=rows < N, other=0.0, cache_modifier=".cg")
         acc = tl.zeros((BN, BK), tl.float32)
-        res = tl.zeros((BN,), tl.float32)
-        for it in tl.range(0, (last - first) * ksteps, num_stages=STAGES):
-            j = first + it // ksteps
-            kk = it % ksteps
-            rows = j * BN + tl.arange(0, BN)
-            if kk == 0:
-                res = tl.load(res_ptr + rows, mask=rows < N, other=0.0, cache_modifier=".cg")
-                res = res.to(tl.float32)
+        for kk in tl.range(0, ksteps, num_stages=STAGES):
             x = _x_tile(x_desc, 0, kk, BK)
             w = desc.load([row0 + j * BN, kk * BK])
             acc += x[None, :] * w.to(tl.float32)
-            if kk == ksteps - 1:
-                y = _round(res + _round(tl.sum(acc, axis=1), DT), DT)
-                tl.store(res_ptr + rows, y.to(DT), mask=rows < N)
-                acc = tl.zeros((BN, BK), tl.float32)
-    else:
-        for j in range(first, last):
-            rows = j * BN + tl.arange(0, BN)
-            res = tl.load(res_ptr + rows, mask=rows < N, other=0.0, cache_modifier=".cg")
-            acc = tl.zeros((BN, BK), tl.float32)
-            for kk in tl.range(0, ksteps, num_stages=STAGES):
-                x = _x_tile(x_desc, 0, kk, BK)
-                w = desc.load([row0 + j * BN, kk * BK])
-                acc += x[None, :] * w.to(tl.float32)
-            y = _round(res.to(tl.float32) + _round(tl.sum(acc, axis=1), DT), DT)
-            tl.store(res_ptr + rows, y.to(DT), mask=rows < N)
+        y = _round(res.to(tl.float32) + _round(tl.sum(acc, axis=1), DT), DT)
+        tl.store(res_ptr + rows, y.to(DT), mask=rows < N)
 
 
 @triton.jit
@@ -410,7 +352,7 @@ def _layers_kernel(
     DN_N: tl.constexpr, DN_K: tl.constexpr, DN_S: tl.constexpr,
     SPLITS: tl.constexpr, BLOCK_L: tl.constexpr, BLOCK_R: tl.constexpr,
     BLOCK_S: tl.constexpr, SYNC: tl.constexpr, ON_GPU: tl.constexpr,
-    FLAT: tl.constexpr = True, PROFILE: tl.constexpr = False,
+    PROFILE: tl.constexpr = False,
 ):  # fmt: skip
     """Stages s_lo .. s_hi - 1 of the layers (stage s = layer s // 5, part s % 5: QKV,
     attention, O, gate/up, down) for the token at tokens[0], position pos[0]; x ends as
@@ -452,13 +394,13 @@ def _layers_kernel(
                 _qkv_stage(
                     embed_x, token.to(tl.int32), qkv_desc, 0, bias, q_ptr, kc, vc, cos_ptr, sin_ptr, pos,
                     qkv_first, qkv_last, H, eps, MAX_LEN, HAS_BIAS, N_HEADS, N_KV,
-                    HEAD_DIM, QKV_N, QKV_K, QKV_S, FLAT,
+                    HEAD_DIM, QKV_N, QKV_K, QKV_S,
                 )  # fmt: skip
             else:
                 _qkv_stage(
                     x_qkv, 0, qkv_desc, layer * QKV_ROWS, bias, q_ptr, kc, vc, cos_ptr,
                     sin_ptr, pos, qkv_first, qkv_last, H, eps, MAX_LEN, HAS_BIAS, N_HEADS,
-                    N_KV, HEAD_DIM, QKV_N, QKV_K, QKV_S, FLAT,
+                    N_KV, HEAD_DIM, QKV_N, QKV_K, QKV_S,
                 )  # fmt: skip
         elif part == 1:
             kc = tl.load(kv_table + 2 * layer).to(tl.pointer_type(DT))
@@ -471,17 +413,17 @@ def _layers_kernel(
         elif part == 2:
             _residual_stage(
                 attn_x, o_desc, layer * H, x_ptr, o_first, o_last, H, N_HEADS * HEAD_DIM,
-                O_N, O_K, O_S, FLAT,
+                O_N, O_K, O_S,
             )  # fmt: skip
         elif part == 3:
             _gate_up_stage(
                 x_gu, gu_desc, layer * 2 * INTER, act_ptr, gu_first, gu_last, H, INTER, eps,
-                GU_N, GU_K, GU_S, FLAT,
+                GU_N, GU_K, GU_S,
             )  # fmt: skip
         else:
             _residual_stage(
                 act_x, dn_desc, layer * H, x_ptr, dn_first, dn_last, H, INTER, DN_N, DN_K,
-                DN_S, FLAT,
+                DN_S,
             )  # fmt: skip
         _stamp(prof, 2 + 2 * s, PROFILE)
         if SYNC and s < n_stages - 1:
@@ -666,7 +608,7 @@ def persistent_layers(
         O_N=cfg.o_n, O_K=cfg.o_k, O_S=cfg.o_stages,
         GU_N=cfg.gu_n, GU_K=cfg.gu_k, GU_S=cfg.gu_stages,
         DN_N=cfg.dn_n, DN_K=cfg.dn_k, DN_S=cfg.dn_stages,
-        FLAT=cfg.flat, SPLITS=cfg.splits, BLOCK_L=cfg.block_l, BLOCK_R=max(2, _pow2(nh // nkv)),
+        SPLITS=cfg.splits, BLOCK_L=cfg.block_l, BLOCK_R=max(2, _pow2(nh // nkv)),
         BLOCK_S=max(2, _pow2(cfg.splits)), ON_GPU=on_gpu, num_warps=cfg.num_warps,
     )  # fmt: skip
     n_stages = _STAGES_PER_LAYER * n_layers

@@ -91,9 +91,6 @@ class PersistentConfig:
     0: one per SM."""
     num_warps: int = 4
     """4: the kernel 921.5 us a step against 949.75 with 8 (persistent_profile_h200_run3)."""
-    flat: bool = False
-    """Each GEMV stage as one pipelined loop over (tile, K step); False: a pipelined K loop
-    per tile (measured faster: 1.198 -> 1.159 ms)."""
     # The best of the H200 tune and profiles (docs/bench/persistent_profile_h200_run{2,3}.json).
     qkv_n: int = 8
     qkv_k: int = 256
