@@ -1,6 +1,7 @@
 """Device helpers every kernel of the Triton decode step shares (`triton_jit`'s GEMVs,
 `triton_attn`'s attention): programmatic dependent launch, the L2 bulk prefetch, the CTA
-ticket, rounding to the model dtype, the tensor-core product, and the GEMV loop's pieces.
+ticket, rounding to the model dtype, the tensor-core product, the GEMV loop's pieces, and
+the QKV epilogue's RoPE rows, rotation and q / k / v stores.
 Imports triton: import it only when `engine.kernels = "triton"` asks for it.
 
 Every kernel takes `USE_PDL`: launched with programmatic dependent launch (Hopper and
@@ -145,3 +146,43 @@ def _accumulate(acc, acc_dot, x, w, USE_DOT: tl.constexpr, DT: tl.constexpr, ON_
     else:
         acc += x[:, None, :] * w.to(tl.float32)[None, :, :]
     return acc, acc_dot
+
+
+@triton.jit
+def _rope_rows(cos_ptr, sin_ptr, c_off, mask, HALF: tl.constexpr):
+    """cos and sin at a block's dims (a) and the dims HALF further (b), in fp32."""
+    cos_a = tl.load(cos_ptr + c_off, mask=mask, other=0.0).to(tl.float32)
+    sin_a = tl.load(sin_ptr + c_off, mask=mask, other=0.0).to(tl.float32)
+    cos_b = tl.load(cos_ptr + c_off + HALF, mask=mask, other=0.0).to(tl.float32)
+    sin_b = tl.load(sin_ptr + c_off + HALF, mask=mask, other=0.0).to(tl.float32)
+    return cos_a, sin_a, cos_b, sin_b
+
+
+@triton.jit
+def _rotate_store(
+    a, b, head, rope, q_ptr, q_off, q_mask, kc_ptr, vc_ptr, c_rel, c_mask, MAX_LEN,
+    N_HEADS: tl.constexpr, N_KV: tl.constexpr, HEAD_DIM: tl.constexpr,
+):  # fmt: skip
+    """A QKV block's outputs for head `head` (q heads, then k, then v), its dims a and the
+    dims HEAD_DIM / 2 further b, in fp32 already rounded to the model dtype: q and k heads
+    rotated (x * cos + rotate_half(x) * sin, rounded as PyTorch; `rope` = _rope_rows), q
+    stored at q_off, k or v into its kv head's cache [N_KV, MAX_LEN, HEAD_DIM] at c_rel
+    (position * HEAD_DIM + dim)."""
+    DT: tl.constexpr = q_ptr.dtype.element_ty
+    HALF: tl.constexpr = HEAD_DIM // 2
+    if head < N_HEADS + N_KV:
+        cos_a, sin_a, cos_b, sin_b = rope
+        ra = _round(_round(a * cos_a, DT) + _round(-b * sin_a, DT), DT)
+        rb = _round(_round(b * cos_b, DT) + _round(a * sin_b, DT), DT)
+        a, b = ra, rb
+    if head < N_HEADS:
+        tl.store(q_ptr + q_off, a.to(DT), mask=q_mask)
+        tl.store(q_ptr + q_off + HALF, b.to(DT), mask=q_mask)
+    else:
+        c_off = ((head - N_HEADS) % N_KV) * MAX_LEN * HEAD_DIM + c_rel
+        if head < N_HEADS + N_KV:
+            tl.store(kc_ptr + c_off, a.to(DT), mask=c_mask)
+            tl.store(kc_ptr + c_off + HALF, b.to(DT), mask=c_mask)
+        else:
+            tl.store(vc_ptr + c_off, a.to(DT), mask=c_mask)
+            tl.store(vc_ptr + c_off + HALF, b.to(DT), mask=c_mask)

@@ -25,6 +25,8 @@ from ling_local.engines.triton_common import (
     _load_x,
     _pdl_start,
     _pdl_wait,
+    _rope_rows,
+    _rotate_store,
     _round,
     _rstd,
     _ticket,
@@ -225,16 +227,6 @@ def _splitk_reduce_kernel(
 
 
 @triton.jit
-def _rope_rows(cos_ptr, sin_ptr, c_off, mask, HALF: tl.constexpr):
-    """cos and sin at a block's dims (a) and the dims HALF further (b), in fp32."""
-    cos_a = tl.load(cos_ptr + c_off, mask=mask, other=0.0).to(tl.float32)
-    sin_a = tl.load(sin_ptr + c_off, mask=mask, other=0.0).to(tl.float32)
-    cos_b = tl.load(cos_ptr + c_off + HALF, mask=mask, other=0.0).to(tl.float32)
-    sin_b = tl.load(sin_ptr + c_off + HALF, mask=mask, other=0.0).to(tl.float32)
-    return cos_a, sin_a, cos_b, sin_b
-
-
-@triton.jit
 def _paired_gemv_kernel(
     x_ptr,
     w_ptr,
@@ -379,25 +371,14 @@ def _paired_gemv_kernel(
     a = _round(a, DT)
     b = _round(b, DT)
     if ROPE_KV:
-        if head < N_HEADS + N_KV:  # q or k: rotate (x * cos + rotate_half(x) * sin, rounded)
-            if USE_DOT:
-                cos_a, sin_a, cos_b, sin_b = _rope_rows(cos_ptr, sin_ptr, c_off, rot, HALF)
-            ra = _round(_round(a * cos_a, DT) + _round(-b * sin_a, DT), DT)
-            rb = _round(_round(b * cos_b, DT) + _round(a * sin_b, DT), DT)
-            a, b = ra, rb
-        if head < N_HEADS:
-            q_off = offs_t[:, None] * (N_HEADS * HEAD_DIM) + rows_a[None, :]
-            tl.store(out_ptr + q_off, a.to(DT), mask=m2)
-            tl.store(out_ptr + q_off + HALF, b.to(DT), mask=m2)
-        else:
-            kv_head = (head - N_HEADS) % N_KV
-            c_off = kv_head * MAX_LEN * HEAD_DIM + p[:, None] * HEAD_DIM + dim_a[None, :]
-            if head < N_HEADS + N_KV:
-                tl.store(k_cache_ptr + c_off, a.to(DT), mask=inside)
-                tl.store(k_cache_ptr + c_off + HALF, b.to(DT), mask=inside)
-            else:
-                tl.store(v_cache_ptr + c_off, a.to(DT), mask=inside)
-                tl.store(v_cache_ptr + c_off + HALF, b.to(DT), mask=inside)
+        if USE_DOT:  # masked off for v heads: no reads there
+            cos_a, sin_a, cos_b, sin_b = _rope_rows(cos_ptr, sin_ptr, c_off, rot, HALF)
+        q_off = offs_t[:, None] * (N_HEADS * HEAD_DIM) + rows_a[None, :]
+        _rotate_store(
+            a, b, head, (cos_a, sin_a, cos_b, sin_b), out_ptr, q_off, m2, k_cache_ptr,
+            v_cache_ptr, p[:, None] * HEAD_DIM + dim_a[None, :], inside, MAX_LEN, N_HEADS,
+            N_KV, HEAD_DIM,
+        )  # fmt: skip
     else:
         gate = _round(a / (1.0 + tl.exp(-a)), DT)
         y = _round(gate * b, DT).to(DT)

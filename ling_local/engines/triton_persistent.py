@@ -43,7 +43,13 @@ import triton
 import triton.language as tl
 
 from ling_local.engines.triton_attn import _attend, _combine_splits
-from ling_local.engines.triton_common import _l2_prefetch, _round, _ticket
+from ling_local.engines.triton_common import (
+    _l2_prefetch,
+    _rope_rows,
+    _rotate_store,
+    _round,
+    _ticket,
+)
 from ling_local.engines.triton_launch import Scratch, _on_gpu, _pow2
 from ling_local.engines.triton_setup import PERSISTENT
 
@@ -145,17 +151,13 @@ def _qkv_rows(j, pos, cos_ptr, sin_ptr, bias_ptr, HAS_BIAS: tl.constexpr,
     lane = tl.arange(0, BN)
     dim_a = (j % PER_HEAD) * BN + lane
     rows_a = (j // PER_HEAD) * HEAD_DIM + dim_a
-    c_off = pos * HEAD_DIM + dim_a
-    cos_a = tl.load(cos_ptr + c_off).to(tl.float32)
-    sin_a = tl.load(sin_ptr + c_off).to(tl.float32)
-    cos_b = tl.load(cos_ptr + c_off + HALF).to(tl.float32)
-    sin_b = tl.load(sin_ptr + c_off + HALF).to(tl.float32)
+    rope = _rope_rows(cos_ptr, sin_ptr, pos * HEAD_DIM + dim_a, lane < BN, HALF)
     bias_a = tl.zeros((BN,), tl.float32)
     bias_b = tl.zeros((BN,), tl.float32)
     if HAS_BIAS:
         bias_a = tl.load(bias_ptr + rows_a).to(tl.float32)
         bias_b = tl.load(bias_ptr + rows_a + HALF).to(tl.float32)
-    return cos_a, sin_a, cos_b, sin_b, bias_a, bias_b
+    return rope, bias_a, bias_b
 
 
 @triton.jit
@@ -166,33 +168,19 @@ def _qkv_epilogue(
     """QKV tile j's outputs from its sums: scaled by 1/rms, biased, rotated (q, k) and
     stored (q to q_ptr, k and v into the caches at pos)."""
     DT: tl.constexpr = q_ptr.dtype.element_ty
-    HALF: tl.constexpr = HEAD_DIM // 2
-    PER_HEAD: tl.constexpr = HALF // BN
-    cos_a, sin_a, cos_b, sin_b, bias_a, bias_b = rows
+    PER_HEAD: tl.constexpr = HEAD_DIM // 2 // BN
+    rope, bias_a, bias_b = rows
     lane = tl.arange(0, BN)
     head = j // PER_HEAD
     dim_a = (j % PER_HEAD) * BN + lane
-    rows_a = head * HEAD_DIM + dim_a
     rstd = tl.rsqrt(tl.sum(ss, axis=0) / K + eps)
     a = _round(tl.sum(acc_a, axis=1) * rstd + bias_a, DT)
     b = _round(tl.sum(acc_b, axis=1) * rstd + bias_b, DT)
-    if head < N_HEADS + N_KV:  # q or k: rotate (rotate_half), rounded as PyTorch
-        ra = _round(_round(a * cos_a, DT) + _round(-b * sin_a, DT), DT)
-        rb = _round(_round(b * cos_b, DT) + _round(a * sin_b, DT), DT)
-        a, b = ra, rb
-    if head < N_HEADS:
-        tl.store(q_ptr + rows_a, a.to(DT))
-        tl.store(q_ptr + rows_a + HALF, b.to(DT))
-    else:
-        kv_head = (head - N_HEADS) % N_KV
-        c_off = kv_head * MAX_LEN * HEAD_DIM + pos * HEAD_DIM + dim_a
-        inside = lane < tl.where(pos < MAX_LEN, BN, 0)  # a replay past the cache: nothing
-        if head < N_HEADS + N_KV:
-            tl.store(kc_ptr + c_off, a.to(DT), mask=inside)
-            tl.store(kc_ptr + c_off + HALF, b.to(DT), mask=inside)
-        else:
-            tl.store(vc_ptr + c_off, a.to(DT), mask=inside)
-            tl.store(vc_ptr + c_off + HALF, b.to(DT), mask=inside)
+    inside = lane < tl.where(pos < MAX_LEN, BN, 0)  # a replay past the cache: nothing
+    _rotate_store(
+        a, b, head, rope, q_ptr, head * HEAD_DIM + dim_a, lane < BN, kc_ptr, vc_ptr,
+        pos * HEAD_DIM + dim_a, inside, MAX_LEN, N_HEADS, N_KV, HEAD_DIM,
+    )  # fmt: skip
 
 
 @triton.jit

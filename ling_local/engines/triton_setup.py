@@ -90,7 +90,8 @@ class PersistentConfig:
     """CTAs of the launch (at most one per SM: the barriers need them all resident);
     0: one per SM."""
     num_warps: int = 4
-    """4: the kernel 921.5 us a step against 949.75 with 8 (persistent_profile_h200_run3)."""
+    """4: the kernel 921.5 us a step against 949.75 with 8 (persistent_profile_h200_run3),
+    though ptxas spills 52 bytes at these tiles with 4 (none with 8)."""
     # The best of the H200 tune and profiles (docs/bench/persistent_profile_h200_run{2,3}.json).
     qkv_n: int = 8
     qkv_k: int = 256
