@@ -146,6 +146,14 @@ def step_times(fx: Fixture) -> dict:
             out[label] = f"failed: {type(err).__name__}: {str(err)[:200]}"
         print(f"  step T=1 {label}: {out[label]}", flush=True)
     tk.PERSISTENT.enabled = persistent
+    fuse = tk.ATTN["attn"].fuse_o
+    tk.set_config("attn", fuse_o=not fuse)
+    try:
+        out[f"triton, fuse_o={not fuse}"] = step_ms(fx, 1, "triton")
+    except Exception as err:
+        out[f"triton, fuse_o={not fuse}"] = f"failed: {type(err).__name__}: {str(err)[:200]}"
+    print(f"  step T=1 fuse_o={not fuse}: {out[f'triton, fuse_o={not fuse}']}", flush=True)
+    tk.set_config("attn", fuse_o=fuse)
     for label, t, kernels in (("torch graph", 1, "torch"), ("triton T=9", 9, "triton"),
                               ("torch graph T=9", 9, "torch")):  # fmt: skip
         try:

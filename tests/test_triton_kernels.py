@@ -9,6 +9,7 @@ contexts under 100. bf16 throughout, as on the GPU.
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 
@@ -133,6 +134,45 @@ def test_decode_attention(tk, t: int, pos: int) -> None:
     assert (out.float() - want.reshape(t, nh * hd)).abs().max().item() < 2e-2
 
 
+@pytest.mark.parametrize("pos", [0, 5, 90])
+@pytest.mark.parametrize(("splits", "chunk"), [(3, 0), (8, 4)])
+def test_attention_o_is_attention_then_o_then_the_residual(
+    tk, monkeypatch, pos: int, splits: int, chunk: int
+) -> None:
+    """The fused attention + O projection (`attention_o`) and the two kernels that fold its
+    fp32 sums into the residual (gate/up on its input, down in its residual, zeroing them)
+    give what the separate attention, O (+ residual), gate/up and down kernels give; the
+    splits do not divide the O rows evenly (3) or leave some splits without keys (8, its
+    combine in chunks of 4)."""
+    torch.manual_seed(6)
+    monkeypatch.setitem(tk.ATTN, "attn", tk.AttnConfig(splits=splits, block_l=16, chunk=chunk))
+    nh, nkv, hd, max_len, h, inter = 4, 2, 32, 100, 96, 64
+    q = _randn(1, nh * hd)
+    kc, vc = _randn(nkv, max_len, hd), _randn(nkv, max_len, hd)
+    wo, x = _randn(h, nh * hd, scale=0.1), _randn(1, h)
+    w13, w2 = _randn(2 * inter, h, scale=0.1), _randn(h, inter, scale=0.1)
+    p = torch.tensor([pos], device=DEV)
+    # the separate kernels
+    attn = tk.decode_attention(q, kc, vc, p, nh, nkv, hd, cfg=tk.ATTN["attn"])
+    x_sep = tk.gemv(attn, wo, "o", residual=x.clone())
+    act_sep = tk.gate_up_silu(x_sep, w13, 1e-5)
+    out_sep = tk.gemv(act_sep, w2, "down", residual=x_sep.clone())
+    # the fused kernel, then gate/up and down taking its sums
+    scratch = tk.Scratch(DEV, 0)
+    oacc = torch.zeros(1, h, dtype=torch.float32, device=DEV)
+    tk.attention_o(q, kc, vc, p, wo, oacc, nh, nkv, hd, scratch)
+    want_o = (x_sep.float() - x.float()).abs().max().item()
+    assert want_o > 0  # the projection moved the residual
+    _close((x.float() + oacc).to(BF16), x_sep, rel=1e-2)
+    act = tk.gate_up_silu(x, w13, 1e-5, oacc)
+    _close(act, act_sep, rel=2e-2)
+    out = tk.gemv(act, w2, "down", residual=x.clone(), oacc=oacc)
+    _close(out, out_sep, rel=2e-2)
+    assert not oacc.any()  # zeroed for the next layer
+    with pytest.raises(ValueError, match="T = 1"):
+        tk.attention_o(q.repeat(2, 1), kc, vc, p, wo, oacc, nh, nkv, hd, scratch)
+
+
 # --------------------------------------------------------------------------- whole step
 def _runner(kind: str) -> LlamaRunner:
     model = small_causal_lm(
@@ -170,12 +210,20 @@ def test_folding_the_norms_keeps_the_function() -> None:
     assert int(got.argmax()) == int(want.argmax())
 
 
-@pytest.mark.parametrize("kind", ["llama-tied", "llama", "qwen2"])
-@pytest.mark.parametrize("t", [1, 3])
-def test_step_matches_the_torch_step(kind: str, t: int) -> None:
+@pytest.mark.parametrize(
+    ("kind", "t", "fuse_o"),
+    [("llama-tied", 1, True), ("llama", 1, True), ("qwen2", 1, True), ("llama", 1, False)]
+    + [(kind, 3, True) for kind in ("llama-tied", "llama", "qwen2")],
+)
+def test_step_matches_the_torch_step(monkeypatch, kind: str, t: int, fuse_o: bool) -> None:
     """Same prompt in two slots, then steps through both the torch and the Triton step,
-    teacher-forced with the torch step's tokens: logits, argmax and caches agree."""
+    teacher-forced with the torch step's tokens: logits, argmax and caches agree. At T = 1
+    with the fused attention + O projection (the default) and without."""
+    from ling_local.engines import triton_setup
     from ling_local.engines.cuda_graphs import GraphStep
+
+    attn = dataclasses.replace(triton_setup.ATTN["attn"], fuse_o=fuse_o)
+    monkeypatch.setitem(triton_setup.ATTN, "attn", attn)
 
     runner = _runner(kind)
     torch.manual_seed(5)

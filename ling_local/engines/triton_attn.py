@@ -9,6 +9,8 @@ import triton
 import triton.language as tl
 
 from ling_local.engines.triton_common import (
+    _SPIN_LIMIT,
+    _grid_sync,
     _l2_prefetch,
     _mma,
     _pdl_start,
@@ -16,6 +18,59 @@ from ling_local.engines.triton_common import (
     _round,
     _ticket,
 )
+
+
+@triton.jit
+def _combined(
+    m_ptr,
+    l_ptr,
+    acc_ptr,
+    rows,
+    r_mask,
+    DT: tl.constexpr,
+    SPLITS: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    CHUNK: tl.constexpr = 0,
+):
+    """The softmax-combined splits of rows `rows` ([R] row = t * heads + head): [R, HEAD_DIM]
+    in fp32, rounded to the model dtype DT. Reads the partials at L2 (.cg): other CTAs of the
+    same launch wrote them. CHUNK > 0: the outputs in unrolled chunks of CHUNK splits, which
+    holds fewer registers than all BLOCK_S at once."""
+    s = tl.arange(0, BLOCK_S)
+    d = tl.arange(0, HEAD_DIM)
+    sm = r_mask[:, None] & (s[None, :] < SPLITS)
+    idx = rows[:, None] * SPLITS + s[None, :]  # [R, S]
+    m = tl.load(m_ptr + idx, mask=sm, other=float("-inf"), cache_modifier=".cg")
+    l_s = tl.load(l_ptr + idx, mask=sm, other=0.0, cache_modifier=".cg")
+    m_max = tl.max(m, axis=1)  # finite for real rows: split 0 always holds position 0
+    m_max = tl.where(r_mask, m_max, 0.0)
+    scale = tl.exp(m - m_max[:, None])
+    den = tl.sum(scale * l_s, axis=1)
+    den = tl.where(r_mask, den, 1.0)
+    if CHUNK == 0:
+        acc = tl.load(
+            acc_ptr + idx[:, :, None] * HEAD_DIM + d[None, None, :],
+            mask=sm[:, :, None],
+            other=0.0,
+            cache_modifier=".cg",
+        )
+        out = tl.sum(scale[:, :, None] * acc, axis=1)
+    else:
+        out = tl.zeros((rows.shape[0], HEAD_DIM), tl.float32)
+        c = tl.arange(0, CHUNK)
+        for c0 in tl.static_range(0, BLOCK_S, CHUNK):
+            cm = r_mask[:, None] & (c0 + c[None, :] < SPLITS)
+            ci = rows[:, None] * SPLITS + c0 + c[None, :]
+            mc = tl.load(m_ptr + ci, mask=cm, other=float("-inf"), cache_modifier=".cg")
+            acc = tl.load(
+                acc_ptr + ci[:, :, None] * HEAD_DIM + d[None, None, :],
+                mask=cm[:, :, None],
+                other=0.0,
+                cache_modifier=".cg",
+            )
+            out += tl.sum(tl.exp(mc - m_max[:, None])[:, :, None] * acc, axis=1)
+    return _round(out / den[:, None], DT)
 
 
 @triton.jit
@@ -30,33 +85,12 @@ def _combine_splits(
     HEAD_DIM: tl.constexpr,
     BLOCK_S: tl.constexpr,
 ):
-    """Softmax-combine the splits of output rows `rows` ([R] row = t * heads + head); out is
-    [T, heads * HEAD_DIM] in row order. Reads the partials at L2 (.cg): other CTAs of the
-    same launch wrote them."""
+    """Store the combined splits of rows `rows` (`_combined`) into out [T, heads *
+    HEAD_DIM], in row order."""
     DT: tl.constexpr = out_ptr.dtype.element_ty
-    s = tl.arange(0, BLOCK_S)
+    out = _combined(m_ptr, l_ptr, acc_ptr, rows, r_mask, DT, SPLITS, HEAD_DIM, BLOCK_S)
     d = tl.arange(0, HEAD_DIM)
-    sm = r_mask[:, None] & (s[None, :] < SPLITS)
-    idx = rows[:, None] * SPLITS + s[None, :]  # [R, S]
-    m = tl.load(m_ptr + idx, mask=sm, other=float("-inf"), cache_modifier=".cg")
-    l_s = tl.load(l_ptr + idx, mask=sm, other=0.0, cache_modifier=".cg")
-    acc = tl.load(
-        acc_ptr + idx[:, :, None] * HEAD_DIM + d[None, None, :],
-        mask=sm[:, :, None],
-        other=0.0,
-        cache_modifier=".cg",
-    )
-    m_max = tl.max(m, axis=1)  # finite for real rows: split 0 always holds position 0
-    m_max = tl.where(r_mask, m_max, 0.0)
-    scale = tl.exp(m - m_max[:, None])
-    den = tl.sum(scale * l_s, axis=1)
-    den = tl.where(r_mask, den, 1.0)
-    out = tl.sum(scale[:, :, None] * acc, axis=1) / den[:, None]
-    tl.store(
-        out_ptr + rows[:, None] * HEAD_DIM + d[None, :],
-        _round(out, DT).to(DT),
-        mask=r_mask[:, None],
-    )
+    tl.store(out_ptr + rows[:, None] * HEAD_DIM + d[None, :], out.to(DT), mask=r_mask[:, None])
 
 
 @triton.jit
@@ -83,43 +117,20 @@ def _attend(q, k, v, offs_l, l_mask, q_pos, m_i, l_i, acc, sm_scale, USE_DOT: tl
 
 
 @triton.jit
-def _attn_partial_kernel(
-    q_ptr,
-    k_ptr,
-    v_ptr,
-    pos_ptr,
-    m_ptr,
-    l_ptr,
-    acc_ptr,
-    count_ptr,
-    out_ptr,
-    T,
-    MAX_LEN,
-    sm_scale,
-    N_HEADS: tl.constexpr,
-    GROUP: tl.constexpr,
-    HEAD_DIM: tl.constexpr,
-    SPLITS: tl.constexpr,
-    BLOCK_R: tl.constexpr,
-    BLOCK_L: tl.constexpr,
-    BLOCK_S: tl.constexpr,
-    FUSED_REDUCE: tl.constexpr,
-    USE_DOT: tl.constexpr,
-    L2: tl.constexpr,
-    USE_PDL: tl.constexpr,
-    ON_GPU: tl.constexpr,
-):
+def _split_partial(
+    q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, kv_head, split, T, MAX_LEN, sm_scale,
+    N_HEADS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+    SPLITS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_L: tl.constexpr,
+    USE_DOT: tl.constexpr, L2: tl.constexpr, USE_PDL: tl.constexpr, ON_GPU: tl.constexpr,
+):  # fmt: skip
     """Partial softmax attention of one kv head's query group (rows r = t * GROUP + g) over
     one split of the cache positions 0 .. pos + T - 1; query t sees positions <= pos + t.
-    Stores the running max, sum and unnormalised output per (t, head, split); with
-    FUSED_REDUCE the last CTA of the kv head combines them into out (no second launch).
-    The split's first tile of keys and values older than this step is read before waiting
-    for the previous kernel, which writes only positions pos .. pos + T - 1; with L2 the
-    rest of the split's older keys and values are prefetched to L2 then too."""
+    Stores the running max, sum and unnormalised output per (t, head, split) and returns
+    the rows (t * heads + head) and their mask. The split's first tile of keys and values
+    older than this step is read before the PDL wait (done here), as the previous kernel
+    writes only positions pos .. pos + T - 1; with L2 the rest of the split's older keys and
+    values are prefetched to L2 then too."""
     DT: tl.constexpr = q_ptr.dtype.element_ty
-    _pdl_start(USE_PDL)
-    kv_head = tl.program_id(0)
-    split = tl.program_id(1)
     pos = tl.load(pos_ptr)  # written before the step (host or the previous step's chain)
     n_ctx = pos + T
     chunk = tl.cdiv(tl.cdiv(n_ctx, SPLITS), BLOCK_L) * BLOCK_L
@@ -174,10 +185,108 @@ def _attn_partial_kernel(
     tl.store(m_ptr + row, m_i, mask=r_mask)
     tl.store(l_ptr + row, l_i, mask=r_mask)
     tl.store(acc_ptr + row[:, None] * HEAD_DIM + d[None, :], acc, mask=r_mask[:, None])
+    return rows, r_mask
+
+
+@triton.jit
+def _attn_partial_kernel(
+    q_ptr,
+    k_ptr,
+    v_ptr,
+    pos_ptr,
+    m_ptr,
+    l_ptr,
+    acc_ptr,
+    count_ptr,
+    out_ptr,
+    T,
+    MAX_LEN,
+    sm_scale,
+    N_HEADS: tl.constexpr,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    SPLITS: tl.constexpr,
+    BLOCK_R: tl.constexpr,
+    BLOCK_L: tl.constexpr,
+    BLOCK_S: tl.constexpr,
+    FUSED_REDUCE: tl.constexpr,
+    USE_DOT: tl.constexpr,
+    L2: tl.constexpr,
+    USE_PDL: tl.constexpr,
+    ON_GPU: tl.constexpr,
+):
+    """One (kv head, split) of the attention (`_split_partial`); with FUSED_REDUCE the last
+    CTA of the kv head combines the splits into out (no second launch)."""
+    _pdl_start(USE_PDL)
+    rows, r_mask = _split_partial(
+        q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, tl.program_id(0),
+        tl.program_id(1), T, MAX_LEN, sm_scale, N_HEADS, GROUP, HEAD_DIM, SPLITS, BLOCK_R,
+        BLOCK_L, USE_DOT, L2, USE_PDL, ON_GPU,
+    )  # fmt: skip
     if FUSED_REDUCE:  # noqa: SIM102 (constexpr first: no atomic at all without it)
-        if _ticket(count_ptr + kv_head, ON_GPU) == SPLITS - 1:
+        if _ticket(count_ptr + tl.program_id(0), ON_GPU) == SPLITS - 1:
             _combine_splits(m_ptr, l_ptr, acc_ptr, out_ptr, rows, r_mask, SPLITS, HEAD_DIM, BLOCK_S)
+            tl.store(count_ptr + tl.program_id(0), 0)
+
+
+@triton.jit
+def _attn_o_kernel(
+    q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, count_ptr, err_ptr, wo_ptr, oacc_ptr,
+    MAX_LEN, H, sm_scale,
+    N_HEADS: tl.constexpr, N_KV: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
+    SPLITS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_L: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK_O: tl.constexpr, CHUNK: tl.constexpr, PHASE: tl.constexpr,
+    O_PRELOAD: tl.constexpr, L2: tl.constexpr, USE_PDL: tl.constexpr, ON_GPU: tl.constexpr,
+):  # fmt: skip
+    """The attention and the O projection of one token (T = 1) in one launch: CTA (kv head
+    g, split s) computes its split's partial (`_split_partial`), waits for the other splits
+    of g (a counter barrier over the kv head's SPLITS CTAs, all resident), combines them
+    itself, and multiplies its group's output [GROUP * HEAD_DIM] by the O rows s * BLOCK_O
+    .. + BLOCK_O, those columns (read before the PDL wait with O_PRELOAD); the sums go to
+    oacc [H] (fp32, zero before) by atomic adds: the N_KV groups' split-K of the projection.
+    The kernels after it add round(oacc) to the residual (gate/up on its input, down in its
+    residual, which also zeroes oacc). No attention output round trip, no O launch.
+
+    PHASE 0: all of it (a GPU); 1 then 2: the partials, then the rest, in two launches (the
+    CPU interpreter, which runs CTAs one after another and cannot wait on a barrier). The
+    counters [2 * N_KV] (arrivals, departures) are reset by the last CTA of each kv head."""
+    DT: tl.constexpr = q_ptr.dtype.element_ty
+    _pdl_start(USE_PDL)
+    kv_head = tl.program_id(0)
+    split = tl.program_id(1)
+    KQ: tl.constexpr = N_HEADS * HEAD_DIM
+    r = tl.arange(0, BLOCK_R)
+    d = tl.arange(0, HEAD_DIM)
+    head = kv_head * GROUP + r
+    r_mask = r < GROUP
+    offs_o = split * BLOCK_O + tl.arange(0, BLOCK_O)
+    o_mask = offs_o < H
+    w_off = offs_o.to(tl.int64)[:, None, None] * KQ + (
+        head[None, :, None] * HEAD_DIM + d[None, None, :]
+    )
+    w_mask = o_mask[:, None, None] & r_mask[None, :, None]
+    if O_PRELOAD:  # constant: in flight while the previous kernel drains
+        wo = tl.load(wo_ptr + w_off, mask=w_mask, other=0.0, eviction_policy="evict_first")
+    if PHASE != 2:
+        _split_partial(
+            q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, kv_head, split, 1, MAX_LEN,
+            sm_scale, N_HEADS, GROUP, HEAD_DIM, SPLITS, BLOCK_R, BLOCK_L, False, L2, USE_PDL,
+            ON_GPU,
+        )  # fmt: skip
+    else:
+        _pdl_wait(USE_PDL)
+    if PHASE == 0:
+        _grid_sync(count_ptr + kv_head, SPLITS, err_ptr, _SPIN_LIMIT)
+    if PHASE != 1:
+        o = _combined(m_ptr, l_ptr, acc_ptr, head, r_mask, DT, SPLITS, HEAD_DIM, BLOCK_S, CHUNK)
+        if not O_PRELOAD:
+            wo = tl.load(wo_ptr + w_off, mask=w_mask, other=0.0, eviction_policy="evict_first")
+        y = tl.sum(tl.sum(wo.to(tl.float32) * o[None, :, :], axis=2), axis=1)
+        tl.atomic_add(oacc_ptr + offs_o, y, mask=o_mask, sem="relaxed", scope="gpu")
+    if PHASE == 0:  # noqa: SIM102 (constexpr first)
+        if _ticket(count_ptr + N_KV + kv_head, ON_GPU) == SPLITS - 1:  # every CTA is past the wait
             tl.store(count_ptr + kv_head, 0)
+            tl.store(count_ptr + N_KV + kv_head, 0)
 
 
 @triton.jit

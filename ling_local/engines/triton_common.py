@@ -186,3 +186,48 @@ def _rotate_store(
         else:
             tl.store(vc_ptr + c_off, a.to(DT), mask=c_mask)
             tl.store(vc_ptr + c_off + HALF, b.to(DT), mask=c_mask)
+
+
+_SPIN_LIMIT = tl.constexpr(1 << 23)  # acquire loads (~0.5 us each): seconds, then the error flag
+
+# Thread 0 spins until the counter reaches the target (or `limit` loads), then every
+# thread learns nothing but its own result: 1 if thread 0 gave up, else 0.
+_SPIN_ASM = tl.constexpr(
+    "{ .reg .pred p; .reg .u32 t, n; .reg .s32 v; "
+    "mov.u32 $0, 0; mov.u32 t, %tid.x; setp.ne.u32 p, t, 0; @p bra DONE; mov.u32 n, 0; "
+    "SPIN: ld.acquire.gpu.global.b32 v, [$1]; setp.ge.s32 p, v, $2; @p bra DONE; "
+    "add.u32 n, n, 1; setp.lt.u32 p, n, $3; @p bra SPIN; mov.u32 $0, 1; "
+    "DONE: }"
+)
+
+
+@triton.jit
+def _grid_sync(bar_ptr, target, err_ptr, limit):
+    """Every CTA's writes so far visible to every CTA: arrive (fence, CTA barrier, one
+    release add) and wait until `target` arrivals. Returns whether this CTA gave up."""
+    tl.inline_asm_elementwise(
+        "fence.acq_rel.gpu; mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False, pack=1
+    )
+    tl.debug_barrier()
+    tl.atomic_add(bar_ptr, 1, sem="release", scope="gpu")
+    one = tl.zeros((1,), tl.int32)
+    gave_up = tl.inline_asm_elementwise(
+        _SPIN_ASM,
+        "=r,l,r,r",
+        [bar_ptr + one, target + one, limit + one],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
+    tl.store(err_ptr + one, gave_up, mask=gave_up != 0)
+    tl.debug_barrier()
+    # the next stage reads what the others wrote through TMA (the async proxy)
+    tl.inline_asm_elementwise(
+        "fence.proxy.async.global; mov.u32 $0, 0;",
+        "=r",
+        [],
+        dtype=tl.int32,
+        is_pure=False,
+        pack=1,
+    )
+    return tl.max(gave_up, axis=0) != 0

@@ -93,6 +93,7 @@ def _gemv_kernel(
     argmax_ptr,
     tokens_ptr,
     pos_ptr,
+    oacc_ptr,
     T,
     N,
     K,
@@ -100,6 +101,7 @@ def _gemv_kernel(
     l2_bytes,
     NORM: tl.constexpr,
     RESIDUAL: tl.constexpr,
+    ADD_ACC: tl.constexpr,
     SPLIT_K: tl.constexpr,
     ARGMAX: tl.constexpr,
     CHAIN: tl.constexpr,
@@ -120,7 +122,10 @@ def _gemv_kernel(
     -> -inf, then the argmax epilogue. L2 (SPLIT_K = 1): the first `l2_bytes` of the CTA's rows
     (contiguous) are prefetched to L2 before the PDL wait. TMA: the weight tiles come
     through `w_desc` (a [BLOCK_N, BLOCK_K] tensor descriptor of w) into a ring of STAGES
-    shared-memory buffers that Triton keeps in flight (no register double-buffering)."""
+    shared-memory buffers that Triton keeps in flight (no register double-buffering).
+    ADD_ACC (T = 1, RESIDUAL, SPLIT_K = 1; the down projection after `_attn_o_kernel`): the
+    residual is first res + round(oacc), the O projection's fp32 sums, which are then zeroed
+    for the next layer."""
     DT: tl.constexpr = out_ptr.dtype.element_ty
     _pdl_start(USE_PDL)
     pid_n = tl.program_id(0)
@@ -147,6 +152,10 @@ def _gemv_kernel(
     _pdl_wait(USE_PDL)
     if RESIDUAL and SPLIT_K == 1 and not USE_DOT:  # in flight with the first x tile
         res = tl.load(res_ptr + offs, mask=m, other=0.0).to(tl.float32)
+        if ADD_ACC:
+            o_sum = tl.load(oacc_ptr + offs, mask=m, other=0.0, cache_modifier=".cg")
+            res = _round(res + _round(o_sum, DT), DT)
+            tl.store(oacc_ptr + offs, tl.zeros_like(o_sum), mask=m)
     acc = tl.zeros((BLOCK_T, BLOCK_N, 1 if USE_DOT else BLOCK_K), tl.float32)
     acc_dot = tl.zeros((BLOCK_T, BLOCK_N), tl.float32)
     if NORM and USE_DOT:
@@ -238,6 +247,7 @@ def _paired_gemv_kernel(
     cos_ptr,
     sin_ptr,
     pos_ptr,
+    oacc_ptr,
     T,
     K,
     N_OUT,
@@ -246,6 +256,7 @@ def _paired_gemv_kernel(
     l2_bytes,
     ROPE_KV: tl.constexpr,
     HAS_BIAS: tl.constexpr,
+    ADD_ACC: tl.constexpr,
     N_HEADS: tl.constexpr,
     N_KV: tl.constexpr,
     HEAD_DIM: tl.constexpr,
@@ -270,6 +281,8 @@ def _paired_gemv_kernel(
     k and v to the caches [N_KV, MAX_LEN, HEAD_DIM] at pos + t.
     L2: the first `l2_bytes` of each of the two row blocks (contiguous) are prefetched to L2
     before the PDL wait. TMA: both blocks' tiles through `w_desc`, as in `_gemv_kernel`.
+    ADD_ACC (T = 1; gate/up after `_attn_o_kernel`): the input is x + round(oacc), rounded,
+    the residual after the O projection whose fp32 sums are in oacc.
     """
     DT: tl.constexpr = x_ptr.dtype.element_ty
     _pdl_start(USE_PDL)
@@ -332,6 +345,9 @@ def _paired_gemv_kernel(
         for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
             offs_k = k0 + tl.arange(0, BLOCK_K)
             x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < K, K)
+            if ADD_ACC:
+                o_sum = _load_x(oacc_ptr, offs_t, t_mask, offs_k, offs_k < K, K)
+                x = _round(x + _round(o_sum, DT), DT)
             wa = w_desc.load([first_a, k0])
             wb = w_desc.load([first_a + gap, k0])
             acc_a, dot_a = _accumulate(acc_a, dot_a, x, wa, USE_DOT, DT, ON_GPU)
@@ -342,6 +358,9 @@ def _paired_gemv_kernel(
         for k0 in range(0, K, BLOCK_K):
             offs_k = k0 + tl.arange(0, BLOCK_K)
             x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < K, K)
+            if ADD_ACC:
+                o_sum = _load_x(oacc_ptr, offs_t, t_mask, offs_k, offs_k < K, K)
+                x = _round(x + _round(o_sum, DT), DT)
             if PREFETCH:  # as in _gemv_kernel
                 wa_next = _w_tile(a_rows, offs_k + BLOCK_K, n_mask, K)
                 wb_next = _w_tile(b_rows, offs_k + BLOCK_K, n_mask, K)

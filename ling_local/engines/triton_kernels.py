@@ -53,7 +53,11 @@ import torch.nn.functional as F
 import triton
 
 from ling_local.engines import triton_setup
-from ling_local.engines.triton_attn import _attn_partial_kernel, _attn_reduce_kernel
+from ling_local.engines.triton_attn import (
+    _attn_o_kernel,
+    _attn_partial_kernel,
+    _attn_reduce_kernel,
+)
 from ling_local.engines.triton_jit import (
     _gemv_kernel,
     _paired_gemv_kernel,
@@ -64,7 +68,7 @@ from ling_local.engines.triton_persistent import persistent_layers, persistent_r
 from ling_local.engines.triton_setup import *  # noqa: F403 (re-exported for the sweep script)
 from ling_local.engines.triton_setup import ATTN, CONFIGS, PERSISTENT, AttnConfig
 
-__all__ = [*triton_setup.__all__, "Scratch", "persistent_ready", "triton_step"]
+__all__ = [*triton_setup.__all__, "Scratch", "attention_o", "persistent_ready", "triton_step"]
 
 
 # --------------------------------------------------------------------------- launchers
@@ -77,10 +81,12 @@ def gemv(
     normed: bool = False,
     eps: float = 0.0,
     scratch: Scratch | None = None,
+    oacc: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """(residual +) rmsnorm?(x) @ weight^T for x [T, K] with kernel `name`'s block sizes
     (`normed`: the norm's weight is folded into `weight`); with a residual, written into
-    it."""
+    it. With `oacc` (T = 1, a residual; the down projection after `attention_o`) the
+    residual is first residual + round(oacc), and oacc is zeroed."""
     t, k = x.shape
     n = weight.shape[0]
     out = residual if residual is not None else x.new_empty((t, n))
@@ -88,6 +94,8 @@ def gemv(
     split = cfg.split_k if t == 1 else 1
     if split > 1 and normed:
         raise ValueError("split-K with the norm is not implemented")
+    if oacc is not None and (t != 1 or residual is None or split > 1):
+        raise ValueError("oacc takes T = 1, a residual and no split-K")
     part = out
     if split > 1:
         shape, f32 = (split, t, n), torch.float32
@@ -98,9 +106,9 @@ def gemv(
         )
     kw, desc, l2_bytes = _prepare(name, x, weight, split)
     _gemv_kernel[(triton.cdiv(n, kw["BLOCK_N"]), split)](
-        x, weight, desc, out, out, part, x, x, x, x, x, x, t, n, k, eps, l2_bytes,
-        NORM=normed, RESIDUAL=residual is not None, SPLIT_K=split, ARGMAX=False,
-        CHAIN=False, **kw,
+        x, weight, desc, out, out, part, x, x, x, x, x, x, oacc if oacc is not None else x,
+        t, n, k, eps, l2_bytes, NORM=normed, RESIDUAL=residual is not None,
+        ADD_ACC=oacc is not None, SPLIT_K=split, ARGMAX=False, CHAIN=False, **kw,
     )  # fmt: skip
     if split > 1:
         block = 1024
@@ -132,22 +140,28 @@ def lm_head_argmax(
     kw, desc, l2_bytes = _prepare("lm_head", x, weight)
     _gemv_kernel[(triton.cdiv(n, kw["BLOCK_N"]), 1)](
         x, weight, desc, logits, logits, logits, scratch.banned_mask(), keys, count, argmax,
-        tokens if chain else argmax, pos if chain else argmax, t, n, k, eps, l2_bytes,
-        NORM=True, RESIDUAL=False, SPLIT_K=1, ARGMAX=True, CHAIN=chain, **kw,
+        tokens if chain else argmax, pos if chain else argmax, x, t, n, k, eps, l2_bytes,
+        NORM=True, RESIDUAL=False, ADD_ACC=False, SPLIT_K=1, ARGMAX=True, CHAIN=chain, **kw,
     )  # fmt: skip
     return logits, argmax
 
 
-def gate_up_silu(x: torch.Tensor, w13: torch.Tensor, eps: float) -> torch.Tensor:
+def gate_up_silu(
+    x: torch.Tensor, w13: torch.Tensor, eps: float, oacc: torch.Tensor | None = None
+) -> torch.Tensor:
     """silu(gate) * up of rmsnorm(x) for W13 = [gate; up] ([2I, H], the norm folded in);
-    returns [T, I]."""
+    returns [T, I]. With `oacc` (T = 1, after `attention_o`) of rmsnorm(round(x +
+    round(oacc))), the residual after the O projection."""
     t, k = x.shape
+    if oacc is not None and t != 1:
+        raise ValueError("oacc takes T = 1")
     inter = w13.shape[0] // 2
     out = x.new_empty((t, inter))
     kw, desc, l2_bytes = _prepare("gate_up", x, w13)
     _paired_gemv_kernel[(triton.cdiv(inter, kw["BLOCK_N"]),)](
-        x, w13, desc, x, out, x, x, x, x, x, t, k, inter, eps, 0, l2_bytes,
-        ROPE_KV=False, HAS_BIAS=False, N_HEADS=1, N_KV=1, HEAD_DIM=2, **kw,
+        x, w13, desc, x, out, x, x, x, x, x, oacc if oacc is not None else x, t, k, inter, eps,
+        0, l2_bytes, ROPE_KV=False, HAS_BIAS=False, ADD_ACC=oacc is not None, N_HEADS=1,
+        N_KV=1, HEAD_DIM=2, **kw,
     )  # fmt: skip
     return out
 
@@ -175,9 +189,9 @@ def qkv_rope_kv(
         raise ValueError(f"qkv block_n {kw['BLOCK_N']} does not divide head_dim/2")
     grid = ((n_heads + 2 * n_kv) * (head_dim // 2 // kw["BLOCK_N"]),)
     _paired_gemv_kernel[grid](
-        x, wqkv, desc, bias if bias is not None else x, q, k_cache, v_cache, cos, sin, pos,
+        x, wqkv, desc, bias if bias is not None else x, q, k_cache, v_cache, cos, sin, pos, x,
         t, k, 0, eps, k_cache.shape[1], l2_bytes,
-        ROPE_KV=True, HAS_BIAS=bias is not None, N_HEADS=n_heads, N_KV=n_kv,
+        ROPE_KV=True, HAS_BIAS=bias is not None, ADD_ACC=False, N_HEADS=n_heads, N_KV=n_kv,
         HEAD_DIM=head_dim, **kw,
     )  # fmt: skip
     return q
@@ -232,6 +246,95 @@ def decode_attention(
     return out
 
 
+def attention_o(
+    q: torch.Tensor,
+    k_cache: torch.Tensor,
+    v_cache: torch.Tensor,
+    pos: torch.Tensor,
+    wo: torch.Tensor,
+    oacc: torch.Tensor,
+    n_heads: int,
+    n_kv: int,
+    head_dim: int,
+    scratch: Scratch,
+    cfg: AttnConfig | None = None,
+) -> None:
+    """The attention of one token's q [1, n_heads * head_dim] over the cache and its O
+    projection, added into oacc [1, H] (fp32, zero before): `_attn_o_kernel`, one launch on
+    a GPU (two in the CPU interpreter). The kernels after it take oacc (`gate_up_silu`,
+    `gemv` of the down projection, which zeroes it)."""
+    cfg = cfg or ATTN["attn"]
+    if q.shape[0] != 1:
+        raise ValueError("attention_o takes one token (T = 1)")
+    group = n_heads // n_kv
+    splits = cfg.splits
+    h = wo.shape[0]
+    f32 = torch.float32
+    m = scratch.get("attn_m1", (n_heads, splits), f32)
+    l_sum = scratch.get("attn_l1", (n_heads, splits), f32)
+    acc = scratch.get("attn_acc1", (n_heads, splits, head_dim), f32)
+    count = scratch.get("attn_o_count", (2 * n_kv,), torch.int32, fill=0)
+    err = scratch.get("attn_o_err", (1,), torch.int32, fill=0)
+    launch = _launch(q)
+    on_gpu = _on_gpu(q)
+    consts = dict(
+        N_HEADS=n_heads, N_KV=n_kv, GROUP=group, HEAD_DIM=head_dim, SPLITS=splits,
+        BLOCK_R=_pow2(group), BLOCK_L=cfg.block_l, BLOCK_S=_pow2(splits),
+        BLOCK_O=_pow2(-(-h // splits)), CHUNK=min(cfg.chunk, _pow2(splits)),
+        O_PRELOAD=cfg.o_preload,
+        L2=cfg.l2_prefetch and _overlaps(launch, q), ON_GPU=on_gpu, num_warps=cfg.num_warps,
+        **launch,
+    )  # fmt: skip
+    args = (
+        q,
+        k_cache,
+        v_cache,
+        pos,
+        m,
+        l_sum,
+        acc,
+        count,
+        err,
+        wo,
+        oacc,
+        k_cache.shape[1],
+        h,
+        1.0 / math.sqrt(head_dim),
+    )
+    checked = "attn_o_checked" in scratch.buffers
+    for phase in (0,) if on_gpu else (1, 2):
+        kernel = _attn_o_kernel[(n_kv, splits)](*args, PHASE=phase, **consts)
+    if on_gpu and not checked and not torch.cuda.is_current_stream_capturing():
+        # Once (a first eager call): the split barrier needs every CTA of the launch
+        # resident at once, and a barrier that timed out set the flag.
+        resident = _resident_ctas(kernel, q.device)
+        if n_kv * splits > resident:  # (the launch gives up at its barrier's spin limit)
+            raise RuntimeError(
+                f"attn splits {splits}: {n_kv * splits} CTAs of the fused attention exceed "
+                f"the {resident} this GPU holds at once at {kernel.n_regs} registers a thread"
+            )
+        torch.cuda.synchronize(q.device)
+        if int(err.item()):
+            raise RuntimeError("the fused attention's split barrier timed out")
+        scratch.buffers["attn_o_checked"] = err
+
+
+def _resident_ctas(kernel, device: torch.device) -> int:
+    """How many CTAs of a compiled Triton kernel the GPU holds at once (registers,
+    threads, shared memory and the CTA limit per SM, times the SMs)."""
+    props = torch.cuda.get_device_properties(device)
+    warps = kernel.metadata.num_warps
+    regs = -(-kernel.n_regs * 32 // 256) * 256 * warps  # allocated per warp in 256s
+    smem = props.shared_memory_per_multiprocessor
+    per_sm = min(
+        getattr(props, "regs_per_multiprocessor", 65536) // max(regs, 1),
+        props.max_threads_per_multi_processor // (32 * warps),
+        32,
+        smem // max(kernel.metadata.shared, 1),
+    )
+    return per_sm * props.multi_processor_count
+
+
 def triton_step(
     w,
     k_cache: list[torch.Tensor],
@@ -261,15 +364,20 @@ def triton_step(
         )
     x = F.embedding(tokens, w.embed)  # the residual stream, updated in place
     nh, nkv, hd, eps = w.n_heads, w.n_kv_heads, w.head_dim, w.eps
+    fuse_o = tokens.shape[0] == 1 and ATTN["attn"].fuse_o
+    oacc = scratch.get("oacc", (1, x.shape[1]), torch.float32, fill=0.0) if fuse_o else None
     for i, layer in enumerate(w.layers):
         q = qkv_rope_kv(
             x, layer.wqkv, layer.bqkv, k_cache[i], v_cache[i], w.cos, w.sin, pos,
             nh, nkv, hd, eps,
         )  # fmt: skip
-        attn = decode_attention(q, k_cache[i], v_cache[i], pos, nh, nkv, hd, scratch)
-        gemv(attn, layer.wo, "o", residual=x, scratch=scratch)
-        act = gate_up_silu(x, layer.w13, eps)
-        gemv(act, layer.w2, "down", residual=x, scratch=scratch)
+        if fuse_o:
+            attention_o(q, k_cache[i], v_cache[i], pos, layer.wo, oacc, nh, nkv, hd, scratch)
+        else:
+            attn = decode_attention(q, k_cache[i], v_cache[i], pos, nh, nkv, hd, scratch)
+            gemv(attn, layer.wo, "o", residual=x, scratch=scratch)
+        act = gate_up_silu(x, layer.w13, eps, oacc)
+        gemv(act, layer.w2, "down", residual=x, scratch=scratch, oacc=oacc)
     return lm_head_argmax(
         x, w.lm_head, eps, scratch, tokens if chain else None, pos if chain else None
     )

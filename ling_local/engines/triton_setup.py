@@ -70,6 +70,15 @@ class AttnConfig:
     l2_prefetch: bool = False
     """Prefetch the split's older keys and values past the first tile to L2 before the
     PDL wait."""
+    fuse_o: bool = True
+    """T = 1: the O projection in the attention's launch (`_attn_o_kernel`: every split
+    CTA combines its kv head's splits after a counter barrier and adds its slice of the
+    projection into fp32 sums the next kernels fold into the residual): one launch and one
+    round trip less a layer."""
+    o_preload: bool = True
+    """With fuse_o, read the CTA's O slice before the PDL wait (else after the combine)."""
+    chunk: int = 0
+    """With fuse_o, combine the splits in unrolled chunks of this many (0: all at once)."""
 
 
 @dataclass(slots=True)
