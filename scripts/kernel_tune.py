@@ -113,21 +113,18 @@ PERSISTENT_SPACE: list[tuple[str, str, list]] = [
     ("persistent", "l2_o", [0.0]),
     ("persistent", "num_warps", [4]),
 ]
-# The fused attention + O projection (`_attn_o_kernel`): off against on, then its tiles and
-# the prefetch fractions of the kernels around it.
+# The fused attention + O projection (`_attn_o_kernel`): its options and the prefetch
+# fractions of the kernels around it, then the unfused kernels against it.
 FUSE_SPACE: list[tuple[str, str, list]] = [
-    ("attn", "fuse_o", [False]),
     ("attn", "o_preload", [False]),
     ("attn", "chunk", [8]),
     ("attn", "block_l", [16]),
-    ("attn", "num_warps", [8]),
-    ("attn", "splits", [16]),
     ("attn", "l2_prefetch", [True]),
-    ("qkv", "l2_prefetch", [0.0, 1.0]),
     ("gate_up", "l2_prefetch", [0.125, 0.25]),
+    ("qkv", "l2_prefetch", [0.0, 1.0]),
     ("down", "l2_prefetch", [0.0, 0.25]),
     ("settings", "early_trigger", [True]),
-    ("attn", "block_l", [16, 32]),
+    ("attn", "fuse_o", [False]),
 ]
 SPACES = {
     "step": STEP_SPACE,

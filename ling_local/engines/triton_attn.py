@@ -249,7 +249,9 @@ def _attn_o_kernel(
 
     PHASE 0: all of it (a GPU); 1 then 2: the partials, then the rest, in two launches (the
     CPU interpreter, which runs CTAs one after another and cannot wait on a barrier). The
-    counters [2 * N_KV] (arrivals, departures) are reset by the last CTA of each kv head."""
+    arrival counters (kv head g's at count[32 * g]) are reset by the down projection's
+    kernel (`_gemv_kernel` with ADD_ACC), which runs after every CTA here has left: no
+    departure count, whose fence would wait for the atomic adds."""
     DT: tl.constexpr = q_ptr.dtype.element_ty
     _pdl_start(USE_PDL)
     kv_head = tl.program_id(0)
@@ -275,18 +277,14 @@ def _attn_o_kernel(
         )  # fmt: skip
     else:
         _pdl_wait(USE_PDL)
-    if PHASE == 0:
-        _grid_sync(count_ptr + kv_head, SPLITS, err_ptr, _SPIN_LIMIT)
+    if PHASE == 0:  # each kv head's counter on a 128-byte line of its own
+        _grid_sync(count_ptr + kv_head * 32, SPLITS, err_ptr, _SPIN_LIMIT)
     if PHASE != 1:
         o = _combined(m_ptr, l_ptr, acc_ptr, head, r_mask, DT, SPLITS, HEAD_DIM, BLOCK_S, CHUNK)
         if not O_PRELOAD:
             wo = tl.load(wo_ptr + w_off, mask=w_mask, other=0.0, eviction_policy="evict_first")
         y = tl.sum(tl.sum(wo.to(tl.float32) * o[None, :, :], axis=2), axis=1)
         tl.atomic_add(oacc_ptr + offs_o, y, mask=o_mask, sem="relaxed", scope="gpu")
-    if PHASE == 0:  # noqa: SIM102 (constexpr first)
-        if _ticket(count_ptr + N_KV + kv_head, ON_GPU) == SPLITS - 1:  # every CTA is past the wait
-            tl.store(count_ptr + kv_head, 0)
-            tl.store(count_ptr + N_KV + kv_head, 0)
 
 
 @triton.jit

@@ -115,6 +115,7 @@ def _gemv_kernel(
     STAGES: tl.constexpr,
     USE_PDL: tl.constexpr,
     ON_GPU: tl.constexpr,
+    N_COUNT: tl.constexpr = 0,
 ):
     """out[t, n] = (res[t, n] +) round(s[t] * sum_k x[t, k] * w[n, k]); s = 1/rms(x[t]) if
     NORM (w has the norm's weight folded in), else 1. With SPLIT_K > 1 each CTA stores its
@@ -125,7 +126,8 @@ def _gemv_kernel(
     shared-memory buffers that Triton keeps in flight (no register double-buffering).
     ADD_ACC (T = 1, RESIDUAL, SPLIT_K = 1; the down projection after `_attn_o_kernel`): the
     residual is first res + round(oacc), the O projection's fp32 sums, which are then zeroed
-    for the next layer."""
+    for the next layer, and CTA 0 zeroes that kernel's N_COUNT barrier counters
+    (count[32 * i])."""
     DT: tl.constexpr = out_ptr.dtype.element_ty
     _pdl_start(USE_PDL)
     pid_n = tl.program_id(0)
@@ -156,6 +158,9 @@ def _gemv_kernel(
             o_sum = tl.load(oacc_ptr + offs, mask=m, other=0.0, cache_modifier=".cg")
             res = _round(res + _round(o_sum, DT), DT)
             tl.store(oacc_ptr + offs, tl.zeros_like(o_sum), mask=m)
+            if N_COUNT > 0:  # noqa: SIM102 (constexpr first)
+                if pid_n == 0:
+                    tl.store(count_ptr + tl.arange(0, N_COUNT) * 32, 0)
     acc = tl.zeros((BLOCK_T, BLOCK_N, 1 if USE_DOT else BLOCK_K), tl.float32)
     acc_dot = tl.zeros((BLOCK_T, BLOCK_N), tl.float32)
     if NORM and USE_DOT:

@@ -68,7 +68,14 @@ from ling_local.engines.triton_persistent import persistent_layers, persistent_r
 from ling_local.engines.triton_setup import *  # noqa: F403 (re-exported for the sweep script)
 from ling_local.engines.triton_setup import ATTN, CONFIGS, PERSISTENT, AttnConfig
 
-__all__ = [*triton_setup.__all__, "Scratch", "attention_o", "persistent_ready", "triton_step"]
+__all__ = [
+    *triton_setup.__all__,
+    "Scratch",
+    "attention_o",
+    "attention_o_counters",
+    "persistent_ready",
+    "triton_step",
+]
 
 
 # --------------------------------------------------------------------------- launchers
@@ -82,11 +89,13 @@ def gemv(
     eps: float = 0.0,
     scratch: Scratch | None = None,
     oacc: torch.Tensor | None = None,
+    counters: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """(residual +) rmsnorm?(x) @ weight^T for x [T, K] with kernel `name`'s block sizes
     (`normed`: the norm's weight is folded into `weight`); with a residual, written into
     it. With `oacc` (T = 1, a residual; the down projection after `attention_o`) the
-    residual is first residual + round(oacc), and oacc is zeroed."""
+    residual is first residual + round(oacc), and oacc is zeroed, and so are `counters`
+    (`attention_o`'s barrier counters)."""
     t, k = x.shape
     n = weight.shape[0]
     out = residual if residual is not None else x.new_empty((t, n))
@@ -106,9 +115,10 @@ def gemv(
         )
     kw, desc, l2_bytes = _prepare(name, x, weight, split)
     _gemv_kernel[(triton.cdiv(n, kw["BLOCK_N"]), split)](
-        x, weight, desc, out, out, part, x, x, x, x, x, x, oacc if oacc is not None else x,
-        t, n, k, eps, l2_bytes, NORM=normed, RESIDUAL=residual is not None,
-        ADD_ACC=oacc is not None, SPLIT_K=split, ARGMAX=False, CHAIN=False, **kw,
+        x, weight, desc, out, out, part, x, x, counters if counters is not None else x, x, x,
+        x, oacc if oacc is not None else x, t, n, k, eps, l2_bytes, NORM=normed,
+        RESIDUAL=residual is not None, ADD_ACC=oacc is not None, SPLIT_K=split, ARGMAX=False,
+        CHAIN=False, N_COUNT=0 if counters is None else counters.numel() // 32, **kw,
     )  # fmt: skip
     if split > 1:
         block = 1024
@@ -273,7 +283,7 @@ def attention_o(
     m = scratch.get("attn_m1", (n_heads, splits), f32)
     l_sum = scratch.get("attn_l1", (n_heads, splits), f32)
     acc = scratch.get("attn_acc1", (n_heads, splits, head_dim), f32)
-    count = scratch.get("attn_o_count", (2 * n_kv,), torch.int32, fill=0)
+    count = attention_o_counters(scratch, n_kv)
     err = scratch.get("attn_o_err", (1,), torch.int32, fill=0)
     launch = _launch(q)
     on_gpu = _on_gpu(q)
@@ -317,6 +327,12 @@ def attention_o(
         if int(err.item()):
             raise RuntimeError("the fused attention's split barrier timed out")
         scratch.buffers["attn_o_checked"] = err
+
+
+def attention_o_counters(scratch: Scratch, n_kv: int) -> torch.Tensor:
+    """`attention_o`'s barrier counters, kv head g's at [32 * g] (a 128-byte line each);
+    zeroed by the down projection after it (`gemv(..., counters=)`)."""
+    return scratch.get("attn_o_count", (_pow2(n_kv) * 32,), torch.int32, fill=0)
 
 
 def _resident_ctas(kernel, device: torch.device) -> int:
@@ -366,6 +382,7 @@ def triton_step(
     nh, nkv, hd, eps = w.n_heads, w.n_kv_heads, w.head_dim, w.eps
     fuse_o = tokens.shape[0] == 1 and ATTN["attn"].fuse_o
     oacc = scratch.get("oacc", (1, x.shape[1]), torch.float32, fill=0.0) if fuse_o else None
+    counters = attention_o_counters(scratch, nkv) if fuse_o else None
     for i, layer in enumerate(w.layers):
         q = qkv_rope_kv(
             x, layer.wqkv, layer.bqkv, k_cache[i], v_cache[i], w.cos, w.sin, pos,
@@ -377,7 +394,7 @@ def triton_step(
             attn = decode_attention(q, k_cache[i], v_cache[i], pos, nh, nkv, hd, scratch)
             gemv(attn, layer.wo, "o", residual=x, scratch=scratch)
         act = gate_up_silu(x, layer.w13, eps, oacc)
-        gemv(act, layer.w2, "down", residual=x, scratch=scratch, oacc=oacc)
+        gemv(act, layer.w2, "down", residual=x, scratch=scratch, oacc=oacc, counters=counters)
     return lm_head_argmax(
         x, w.lm_head, eps, scratch, tokens if chain else None, pos if chain else None
     )
