@@ -4,6 +4,7 @@ PDL early trigger off and on): python3 scripts/gpu_fuse_ab.py (OUT=dir)."""
 import json
 import os
 import sys
+from pathlib import Path
 
 sys.path.insert(0, "scripts")
 from kernel_fixture import Fixture
@@ -15,11 +16,11 @@ fx = Fixture()
 out = {}
 for trig in (False, True):
     tk.SETTINGS.early_trigger = trig
-    for rep in range(3):
+    for _rep in range(3):
         for fuse in (True, False):
             tk.set_config("attn", fuse_o=fuse)
             ms = step_ms(fx, 1, "triton", reps=300)
             out.setdefault(f"trigger={trig} fuse_o={fuse}", []).append(ms)
             print(trig, fuse, ms, flush=True)
-json.dump(out, open(os.environ["OUT"] + "/fuse_ab.json", "w"), indent=1)
+Path(os.environ["OUT"], "fuse_ab.json").write_text(json.dumps(out, indent=1))
 print(json.dumps(out))
