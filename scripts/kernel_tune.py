@@ -126,8 +126,35 @@ FUSE_SPACE: list[tuple[str, str, list]] = [
     ("settings", "early_trigger", [True]),
     ("attn", "fuse_o", [False]),
 ]
+# Plain loops pipelined by Triton (cp.async ring, `num_stages`) against the register
+# double-buffering: a minimal GEMV streamed gate/up's matrix at 3.73 TB/s that way
+# (docs/bench/layout_probe_h200_run1.json) against the shipped kernel's 3.45.
+GEMV_SPACE: list[tuple[str, str, list]] = [
+    (
+        "gate_up",
+        "config",
+        [
+            dict(block_n=16, block_k=128, num_warps=8, prefetch=False, num_stages=3),
+            dict(block_n=16, block_k=128, num_warps=8, prefetch=False, num_stages=4),
+            dict(block_n=8, block_k=256, num_warps=4, prefetch=False, num_stages=3),
+            dict(block_n=16, block_k=256, num_warps=8, prefetch=False, num_stages=3),
+        ],
+    ),
+    (
+        "down",
+        "config",
+        [
+            dict(block_n=4, block_k=1024, num_warps=8, prefetch=False, num_stages=3),
+            dict(block_n=4, block_k=512, num_warps=4, prefetch=False, num_stages=3),
+            dict(block_n=8, block_k=512, num_warps=8, prefetch=False, num_stages=3),
+        ],
+    ),
+    ("o", "config", [dict(block_n=4, block_k=1024, prefetch=False, num_stages=3)]),
+    ("settings", "early_trigger", [True]),
+]
 SPACES = {
     "step": STEP_SPACE,
+    "gemv": GEMV_SPACE,
     "fuse": FUSE_SPACE,
     "tma": TMA_SPACE,
     "check": CHECK_SPACE,

@@ -70,11 +70,14 @@ class AttnConfig:
     l2_prefetch: bool = False
     """Prefetch the split's older keys and values past the first tile to L2 before the
     PDL wait."""
-    fuse_o: bool = True
+    fuse_o: bool = False
     """T = 1: the O projection in the attention's launch (`_attn_o_kernel`: every split
     CTA combines its kv head's splits after a counter barrier and adds its slice of the
     projection into fp32 sums the next kernels fold into the residual): one launch and one
-    round trip less a layer."""
+    round trip less a layer. Off: measured on the H200 (docs/bench/fuse_ab_h200_run1.json)
+    it takes 0.914-0.919 ms a step against 0.911-0.912 for the attention and O kernels
+    (the barrier and every CTA's combine cost what the O launch did, as PDL already hid
+    most of it), and its fp32 atomic sums make the rounding order vary run to run."""
     o_preload: bool = True
     """With fuse_o, read the CTA's O slice before the PDL wait (else after the combine)."""
     chunk: int = 0
