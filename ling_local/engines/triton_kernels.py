@@ -25,6 +25,11 @@ sums by 1/rms(x) in the epilogue (no second read of x, no barrier before the loo
   follow the position read on the device, so a captured graph spreads the live context,
   not the cache's capacity, over the splits; the last CTA of each kv head combines the
   splits (or `_attn_reduce_kernel` does, in a second launch).
+* `_attn_o_kernel` (`AttnConfig.fuse_o`, off by default; T = 1): the attention and the O
+  projection in one launch — each split CTA combines its kv head's splits after a counter
+  barrier and adds its slice of the projection into fp32 sums that gate/up (on its input)
+  and down (in its residual) fold into the residual. Exact, but measured no faster on the
+  H200 than the two kernels, which PDL already overlaps (docs/bench/fuse_ab_h200_run1.json).
 
 On Hopper every kernel is launched with programmatic dependent launch (`triton_jit`): it
 starts while its predecessor drains and reads its first weight tile before waiting, which
