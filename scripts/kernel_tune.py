@@ -152,8 +152,28 @@ GEMV_SPACE: list[tuple[str, str, list]] = [
     ("o", "config", [dict(block_n=4, block_k=1024, prefetch=False, num_stages=3)]),
     ("settings", "early_trigger", [True]),
 ]
+# More of each CTA's weight slice in registers before the PDL wait (up to all of it), so
+# the kernel's critical path after the wait is its x load, the sums and the epilogue.
+PRELOAD_SPACE: list[tuple[str, str, list]] = [
+    (
+        "o",
+        "config",
+        [dict(block_n=4, block_k=2048, num_warps=8), dict(block_n=8, block_k=2048, num_warps=8)],
+    ),
+    (
+        "qkv",
+        "config",
+        [
+            dict(block_n=4, block_k=2048, num_warps=8),
+            dict(block_n=4, block_k=1024, num_warps=4, l2_prefetch=0.5),
+        ],
+    ),
+    ("down", "config", [dict(block_n=4, block_k=2048, num_warps=8)]),
+    ("settings", "early_trigger", [True]),
+]
 SPACES = {
     "step": STEP_SPACE,
+    "preload": PRELOAD_SPACE,
     "gemv": GEMV_SPACE,
     "fuse": FUSE_SPACE,
     "tma": TMA_SPACE,
