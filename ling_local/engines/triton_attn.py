@@ -1,9 +1,9 @@
 """The Triton decode step's attention kernels (device code only): flash-decoding over the
 slot's KV cache, split over the live context, the splits combined by the last CTA of each kv
 head (or by a second launch), and the variant that also does the O projection
-(`_attn_o_kernel`). Launched by `triton_kernels.decode_attention` and `triton_fused.attention_o`; the shared
-helpers (PDL wait, the CTA ticket, the counter barrier, rounding, the tensor-core product)
-are in `triton_common`."""
+(`_attn_o_kernel`). Launched by `triton_kernels.decode_attention` and
+`triton_fused.attention_o`; the shared helpers (PDL wait, the CTA ticket, the counter
+barrier, rounding, the tensor-core product) are in `triton_common`."""
 
 from __future__ import annotations
 
