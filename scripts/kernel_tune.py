@@ -171,15 +171,8 @@ PRELOAD_SPACE: list[tuple[str, str, list]] = [
     ("down", "config", [dict(block_n=4, block_k=2048, num_warps=8)]),
     ("settings", "early_trigger", [True]),
 ]
-# The O kernel asking the L2 for the first part of every gate/up row before its wait
-# (`GemvConfig.next_l2`): the HBM streams gate/up's first tiles during the attention.
-NEXT_SPACE: list[tuple[str, str, list]] = [
-    ("o", "next_l2", [0.25, 0.5, 0.75, 1.0]),
-    ("gate_up", "l2_prefetch", [0.125]),
-]
 SPACES = {
     "step": STEP_SPACE,
-    "next": NEXT_SPACE,
     "preload": PRELOAD_SPACE,
     "gemv": GEMV_SPACE,
     "fuse": FUSE_SPACE,

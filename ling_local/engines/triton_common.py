@@ -63,32 +63,6 @@ def _l2_prefetch(ptr, nbytes, ON_GPU: tl.constexpr):
             )
 
 
-_PREFETCH_ROWS_ASM = tl.constexpr(
-    "{ .reg .pred p; setp.ne.u32 p, $3, 0; "
-    "@p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }"
-)
-
-
-@triton.jit
-def _l2_prefetch_rows(ptr, rows, row_elems, nbytes, mask, ON_GPU: tl.constexpr):
-    """Ask the L2 for the first `nbytes` (a multiple of 16, at most 32 KiB) of each row
-    `rows` (a tensor; row r starts at ptr + r * row_elems, 16-byte aligned) where `mask`:
-    one bulk prefetch per row, from the threads holding the rows. Writes nothing; a no-op
-    in Triton's CPU interpreter."""
-    if ON_GPU:
-        base = ptr.to(tl.pointer_type(tl.int8))
-        es: tl.constexpr = ptr.dtype.element_ty.primitive_bitwidth // 8
-        addr = base + rows.to(tl.int64) * (row_elems * es)
-        tl.inline_asm_elementwise(
-            _PREFETCH_ROWS_ASM,
-            "=r,l,r,r",
-            [addr, nbytes + tl.zeros_like(rows), mask.to(tl.int32)],
-            dtype=tl.int32,
-            is_pure=False,
-            pack=1,
-        )
-
-
 @triton.jit
 def _ticket(count_ptr, ON_GPU: tl.constexpr):
     """This CTA's place among the CTAs sharing `count_ptr` (0 first), after its own global

@@ -22,7 +22,6 @@ import triton.language as tl
 from ling_local.engines.triton_common import (
     _accumulate,
     _l2_prefetch,
-    _l2_prefetch_rows,
     _load_x,
     _pdl_start,
     _pdl_wait,
@@ -95,15 +94,11 @@ def _gemv_kernel(
     tokens_ptr,
     pos_ptr,
     oacc_ptr,
-    next_ptr,
     T,
     N,
     K,
     eps,
     l2_bytes,
-    next_rows,
-    next_k,
-    next_bytes,
     NORM: tl.constexpr,
     RESIDUAL: tl.constexpr,
     ADD_ACC: tl.constexpr,
@@ -121,7 +116,6 @@ def _gemv_kernel(
     USE_PDL: tl.constexpr,
     ON_GPU: tl.constexpr,
     N_COUNT: tl.constexpr = 0,
-    NEXT_BLOCK: tl.constexpr = 0,
 ):
     """out[t, n] = (res[t, n] +) round(s[t] * sum_k x[t, k] * w[n, k]); s = 1/rms(x[t]) if
     NORM (w has the norm's weight folded in), else 1. With SPLIT_K > 1 each CTA stores its
@@ -133,12 +127,7 @@ def _gemv_kernel(
     ADD_ACC (T = 1, RESIDUAL, SPLIT_K = 1; the down projection after `_attn_o_kernel`): the
     residual is first res + round(oacc), the O projection's fp32 sums, which are then zeroed
     for the next layer, and CTA 0 zeroes that kernel's N_COUNT barrier counters
-    (count[32 * i]).
-    NEXT_BLOCK > 0 (the O projection): before the PDL wait, ask the L2 for the first
-    `next_bytes` of each of the next_rows rows (of next_k elements) of the matrix at next_ptr,
-    the gate/up weights the kernel after next streams: the CTAs share the rows evenly, one
-    bulk prefetch a row, while the memory system would otherwise idle in the attention's
-    and this kernel's latency."""
+    (count[32 * i])."""
     DT: tl.constexpr = out_ptr.dtype.element_ty
     _pdl_start(USE_PDL)
     pid_n = tl.program_id(0)
@@ -158,12 +147,6 @@ def _gemv_kernel(
         _l2_prefetch(w_ptr + (pid_n * BLOCK_N).to(tl.int64) * K, nbytes, ON_GPU)
     if PREFETCH and not TMA:  # the first weight tile does not depend on the previous kernel
         w = _w_tile(w_rows, k_start + tl.arange(0, BLOCK_K), n_mask, k_end)
-    if NEXT_BLOCK > 0:
-        per = tl.cdiv(next_rows, tl.num_programs(0) * tl.num_programs(1))
-        lane = tl.arange(0, NEXT_BLOCK)
-        first = (pid_n * tl.num_programs(1) + pid_k) * per
-        mine = (lane < per) & (first + lane < next_rows)
-        _l2_prefetch_rows(next_ptr, first + lane, next_k, next_bytes, mine, ON_GPU)
     offs = offs_t[:, None] * N + offs_n[None, :]
     m = t_mask[:, None] & n_mask[None, :]
     if ARGMAX:  # constant: read before the wait

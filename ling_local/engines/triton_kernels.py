@@ -93,15 +93,12 @@ def gemv(
     scratch: Scratch | None = None,
     oacc: torch.Tensor | None = None,
     counters: torch.Tensor | None = None,
-    next_weight: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """(residual +) rmsnorm?(x) @ weight^T for x [T, K] with kernel `name`'s block sizes
     (`normed`: the norm's weight is folded into `weight`); with a residual, written into
     it. With `oacc` (T = 1, a residual; the down projection after `attention_o`) the
     residual is first residual + round(oacc), and oacc is zeroed, and so are `counters`
-    (`attention_o`'s barrier counters). With `next_weight` (T = 1) and the config's
-    `next_l2` > 0 the launch first asks the L2 for that fraction of each of its rows (the
-    gate/up weights after the O projection)."""
+    (`attention_o`'s barrier counters)."""
     t, k = x.shape
     n = weight.shape[0]
     out = residual if residual is not None else x.new_empty((t, n))
@@ -120,14 +117,11 @@ def gemv(
             else torch.empty(shape, dtype=f32, device=x.device)
         )
     kw, desc, l2_bytes = _prepare(name, x, weight, split)
-    grid = (triton.cdiv(n, kw["BLOCK_N"]), split)
-    nxt = _next_rows(next_weight, cfg.next_l2 if t == 1 else 0.0, grid, kw, x)
-    _gemv_kernel[grid](
+    _gemv_kernel[(triton.cdiv(n, kw["BLOCK_N"]), split)](
         x, weight, desc, out, out, part, x, x, counters if counters is not None else x, x, x,
-        x, oacc if oacc is not None else x, nxt[0], t, n, k, eps, l2_bytes, *nxt[1:4],
-        NORM=normed, RESIDUAL=residual is not None, ADD_ACC=oacc is not None, SPLIT_K=split,
-        ARGMAX=False, CHAIN=False, N_COUNT=0 if counters is None else counters.numel() // 32,
-        NEXT_BLOCK=nxt[4], **kw,
+        x, oacc if oacc is not None else x, t, n, k, eps, l2_bytes, NORM=normed,
+        RESIDUAL=residual is not None, ADD_ACC=oacc is not None, SPLIT_K=split, ARGMAX=False,
+        CHAIN=False, N_COUNT=0 if counters is None else counters.numel() // 32, **kw,
     )  # fmt: skip
     if split > 1:
         block = 1024
@@ -136,24 +130,6 @@ def gemv(
             **_launch(x),
         )  # fmt: skip
     return out
-
-
-def _next_rows(
-    weight: torch.Tensor | None, fraction: float, grid: tuple, kw: dict, dummy: torch.Tensor
-) -> tuple:
-    """`_gemv_kernel`'s next-matrix prefetch arguments (pointer, rows, row length, bytes a
-    row, NEXT_BLOCK): `fraction` of each row of `weight` (at most 32 KiB, a 16-byte
-    multiple), the rows shared by the grid's CTAs. Off (NEXT_BLOCK 0, `dummy` as the
-    pointer) without a weight, a fraction, a predecessor to overlap, or aligned rows."""
-    off = (dummy, 0, 0, 0, 0)
-    if weight is None or fraction <= 0 or not _overlaps(kw, dummy):
-        return off
-    rows, k = weight.shape
-    row_bytes = k * weight.element_size()
-    nbytes = min(int(fraction * row_bytes), 32768) // 16 * 16
-    if nbytes == 0 or row_bytes % 16 or not weight.is_contiguous():
-        return off
-    return weight, rows, k, nbytes, _pow2(-(-rows // (grid[0] * grid[1])))
 
 
 def lm_head_argmax(
@@ -177,9 +153,8 @@ def lm_head_argmax(
     kw, desc, l2_bytes = _prepare("lm_head", x, weight)
     _gemv_kernel[(triton.cdiv(n, kw["BLOCK_N"]), 1)](
         x, weight, desc, logits, logits, logits, scratch.banned_mask(), keys, count, argmax,
-        tokens if chain else argmax, pos if chain else argmax, x, x, t, n, k, eps, l2_bytes,
-        0, 0, 0, NORM=True, RESIDUAL=False, ADD_ACC=False, SPLIT_K=1, ARGMAX=True,
-        CHAIN=chain, **kw,
+        tokens if chain else argmax, pos if chain else argmax, x, t, n, k, eps, l2_bytes,
+        NORM=True, RESIDUAL=False, ADD_ACC=False, SPLIT_K=1, ARGMAX=True, CHAIN=chain, **kw,
     )  # fmt: skip
     return logits, argmax
 
@@ -325,7 +300,7 @@ def triton_step(
             attention_o(q, k_cache[i], v_cache[i], pos, layer.wo, oacc, nh, nkv, hd, scratch)
         else:
             attn = decode_attention(q, k_cache[i], v_cache[i], pos, nh, nkv, hd, scratch)
-            gemv(attn, layer.wo, "o", residual=x, scratch=scratch, next_weight=layer.w13)
+            gemv(attn, layer.wo, "o", residual=x, scratch=scratch)
         act = gate_up_silu(x, layer.w13, eps, oacc)
         gemv(act, layer.w2, "down", residual=x, scratch=scratch, oacc=oacc, counters=counters)
     return lm_head_argmax(

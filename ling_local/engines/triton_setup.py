@@ -53,15 +53,9 @@ class GemvConfig:
     """Fraction of the CTA's weight slice asked of the L2 (a bulk prefetch, Hopper) before
     the PDL wait, so the weights stream while the previous kernel runs (0: none)."""
 
-    next_l2: float = 0.0
-    """T = 1, the O projection: the fraction of each row of the layer's gate/up matrix its
-    CTAs ask of the L2 before their PDL wait (a bulk prefetch a row; at most 32 KiB), so the
-    HBM streams gate/up's first tiles during the attention's latency (0: none)."""
-
     def __post_init__(self) -> None:
-        for name in ("l2_prefetch", "next_l2"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} {getattr(self, name)} is not a fraction in [0, 1]")
+        if not 0.0 <= self.l2_prefetch <= 1.0:
+            raise ValueError(f"l2_prefetch {self.l2_prefetch} is not a fraction in [0, 1]")
 
 
 @dataclass(frozen=True, slots=True)
