@@ -57,21 +57,9 @@ def attention_o(
         **launch,
     )  # fmt: skip
     args = (
-        q,
-        k_cache,
-        v_cache,
-        pos,
-        m,
-        l_sum,
-        acc,
-        count,
-        err,
-        wo,
-        oacc,
-        k_cache.shape[1],
-        h,
+        q, k_cache, v_cache, pos, m, l_sum, acc, count, err, wo, oacc, k_cache.shape[1], h,
         1.0 / math.sqrt(head_dim),
-    )
+    )  # fmt: skip
     checked = "attn_o_checked" in scratch.buffers
     for phase in (0,) if on_gpu else (1, 2):
         kernel = _attn_o_kernel[(n_kv, splits)](*args, PHASE=phase, **consts)

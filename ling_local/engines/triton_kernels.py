@@ -273,9 +273,9 @@ def triton_step(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """`cuda_graphs._step` with these kernels: at T = 1 (PERSISTENT.enabled, stacked
     weights) one persistent launch for every layer (`triton_persistent`) and one for the
-    head; else 5 launches per layer (+1 per split-K GEMV or unfused attention reduce) and
-    one for the head. `rows` / `cols` are unused (the kernels
-    read `pos` and mask themselves). With `chain` the step also advances itself (tokens =
+    head; else 5 launches per layer (+1 per split-K GEMV or unfused attention reduce; 4 at
+    T = 1 with `AttnConfig.fuse_o`) and one for the head. `rows` / `cols` are unused (the
+    kernels read `pos` and mask themselves). With `chain` the step also advances itself (tokens =
     argmax, pos += T)."""
     if not w.norms_folded:
         raise ValueError("the Triton step takes weights with folded norms (fold_norms)")
