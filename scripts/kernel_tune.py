@@ -116,8 +116,6 @@ PERSISTENT_SPACE: list[tuple[str, str, list]] = [
 # The fused attention + O projection (`_attn_o_kernel`): its options and the prefetch
 # fractions of the kernels around it, then the unfused kernels against it.
 FUSE_SPACE: list[tuple[str, str, list]] = [
-    ("attn", "o_preload", [False]),
-    ("attn", "chunk", [8]),
     ("attn", "block_l", [16]),
     ("attn", "l2_prefetch", [True]),
     ("gate_up", "l2_prefetch", [0.125, 0.25]),

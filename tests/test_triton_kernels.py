@@ -135,17 +135,16 @@ def test_decode_attention(tk, t: int, pos: int) -> None:
 
 
 @pytest.mark.parametrize("pos", [0, 5, 90])
-@pytest.mark.parametrize(("splits", "chunk"), [(3, 0), (8, 4)])
+@pytest.mark.parametrize("splits", [3, 8])
 def test_attention_o_is_attention_then_o_then_the_residual(
-    tk, monkeypatch, pos: int, splits: int, chunk: int
+    tk, monkeypatch, pos: int, splits: int
 ) -> None:
     """The fused attention + O projection (`attention_o`) and the two kernels that fold its
     fp32 sums into the residual (gate/up on its input, down in its residual, zeroing them)
     give what the separate attention, O (+ residual), gate/up and down kernels give; the
-    splits do not divide the O rows evenly (3) or leave some splits without keys (8, its
-    combine in chunks of 4)."""
+    splits do not divide the O rows evenly (3) or leave some splits without keys (8)."""
     torch.manual_seed(6)
-    monkeypatch.setitem(tk.ATTN, "attn", tk.AttnConfig(splits=splits, block_l=16, chunk=chunk))
+    monkeypatch.setitem(tk.ATTN, "attn", tk.AttnConfig(splits=splits, block_l=16))
     nh, nkv, hd, max_len, h, inter = 4, 2, 32, 100, 96, 64
     q = _randn(1, nh * hd)
     kc, vc = _randn(nkv, max_len, hd), _randn(nkv, max_len, hd)

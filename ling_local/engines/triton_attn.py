@@ -33,12 +33,10 @@ def _combined(
     SPLITS: tl.constexpr,
     HEAD_DIM: tl.constexpr,
     BLOCK_S: tl.constexpr,
-    CHUNK: tl.constexpr = 0,
 ):
     """The softmax-combined splits of rows `rows` ([R] row = t * heads + head): [R, HEAD_DIM]
     in fp32, rounded to the model dtype DT. Reads the partials at L2 (.cg): other CTAs of the
-    same launch wrote them. CHUNK > 0: the outputs in unrolled chunks of CHUNK splits, which
-    holds fewer registers than all BLOCK_S at once."""
+    same launch wrote them."""
     s = tl.arange(0, BLOCK_S)
     d = tl.arange(0, HEAD_DIM)
     sm = r_mask[:, None] & (s[None, :] < SPLITS)
@@ -50,28 +48,13 @@ def _combined(
     scale = tl.exp(m - m_max[:, None])
     den = tl.sum(scale * l_s, axis=1)
     den = tl.where(r_mask, den, 1.0)
-    if CHUNK == 0:
-        acc = tl.load(
-            acc_ptr + idx[:, :, None] * HEAD_DIM + d[None, None, :],
-            mask=sm[:, :, None],
-            other=0.0,
-            cache_modifier=".cg",
-        )
-        out = tl.sum(scale[:, :, None] * acc, axis=1)
-    else:
-        out = tl.zeros((rows.shape[0], HEAD_DIM), tl.float32)
-        c = tl.arange(0, CHUNK)
-        for c0 in tl.static_range(0, BLOCK_S, CHUNK):
-            cm = r_mask[:, None] & (c0 + c[None, :] < SPLITS)
-            ci = rows[:, None] * SPLITS + c0 + c[None, :]
-            mc = tl.load(m_ptr + ci, mask=cm, other=float("-inf"), cache_modifier=".cg")
-            acc = tl.load(
-                acc_ptr + ci[:, :, None] * HEAD_DIM + d[None, None, :],
-                mask=cm[:, :, None],
-                other=0.0,
-                cache_modifier=".cg",
-            )
-            out += tl.sum(tl.exp(mc - m_max[:, None])[:, :, None] * acc, axis=1)
+    acc = tl.load(
+        acc_ptr + idx[:, :, None] * HEAD_DIM + d[None, None, :],
+        mask=sm[:, :, None],
+        other=0.0,
+        cache_modifier=".cg",
+    )
+    out = tl.sum(scale[:, :, None] * acc, axis=1)
     return _round(out / den[:, None], DT)
 
 
@@ -237,14 +220,14 @@ def _attn_o_kernel(
     MAX_LEN, H, sm_scale,
     N_HEADS: tl.constexpr, N_KV: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
     SPLITS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_L: tl.constexpr,
-    BLOCK_S: tl.constexpr, BLOCK_O: tl.constexpr, CHUNK: tl.constexpr, PHASE: tl.constexpr,
-    O_PRELOAD: tl.constexpr, L2: tl.constexpr, USE_PDL: tl.constexpr, ON_GPU: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK_O: tl.constexpr, PHASE: tl.constexpr, L2: tl.constexpr,
+    USE_PDL: tl.constexpr, ON_GPU: tl.constexpr,
 ):  # fmt: skip
     """The attention and the O projection of one token (T = 1) in one launch: CTA (kv head
     g, split s) computes its split's partial (`_split_partial`), waits for the other splits
     of g (a counter barrier over the kv head's SPLITS CTAs, all resident), combines them
     itself, and multiplies its group's output [GROUP * HEAD_DIM] by the O rows s * BLOCK_O
-    .. + BLOCK_O, those columns (read before the PDL wait with O_PRELOAD); the sums go to
+    .. + BLOCK_O, those columns (read before the PDL wait); the sums go to
     oacc [H] (fp32, zero before) by atomic adds: the N_KV groups' split-K of the projection.
     The kernels after it add round(oacc) to the residual (gate/up on its input, down in its
     residual, which also zeroes oacc). No attention output round trip, no O launch.
@@ -269,8 +252,8 @@ def _attn_o_kernel(
         head[None, :, None] * HEAD_DIM + d[None, None, :]
     )
     w_mask = o_mask[:, None, None] & r_mask[None, :, None]
-    if O_PRELOAD:  # constant: in flight while the previous kernel drains
-        wo = tl.load(wo_ptr + w_off, mask=w_mask, other=0.0, eviction_policy="evict_first")
+    # constant: in flight while the previous kernel drains
+    wo = tl.load(wo_ptr + w_off, mask=w_mask, other=0.0, eviction_policy="evict_first")
     if PHASE != 2:
         _split_partial(
             q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, kv_head, split, 1, MAX_LEN,
@@ -282,9 +265,7 @@ def _attn_o_kernel(
     if PHASE == 0:  # each kv head's counter on a 128-byte line of its own
         _grid_sync(count_ptr + kv_head * 32, SPLITS, err_ptr, _SPIN_LIMIT)
     if PHASE != 1:
-        o = _combined(m_ptr, l_ptr, acc_ptr, head, r_mask, DT, SPLITS, HEAD_DIM, BLOCK_S, CHUNK)
-        if not O_PRELOAD:
-            wo = tl.load(wo_ptr + w_off, mask=w_mask, other=0.0, eviction_policy="evict_first")
+        o = _combined(m_ptr, l_ptr, acc_ptr, head, r_mask, DT, SPLITS, HEAD_DIM, BLOCK_S)
         y = tl.sum(tl.sum(wo.to(tl.float32) * o[None, :, :], axis=2), axis=1)
         tl.atomic_add(oacc_ptr + offs_o, y, mask=o_mask, sem="relaxed", scope="gpu")
 

@@ -51,9 +51,7 @@ def attention_o(
     consts = dict(
         N_HEADS=n_heads, N_KV=n_kv, GROUP=group, HEAD_DIM=head_dim, SPLITS=splits,
         BLOCK_R=_pow2(group), BLOCK_L=cfg.block_l, BLOCK_S=_pow2(splits),
-        BLOCK_O=_pow2(-(-h // splits)), CHUNK=min(cfg.chunk, _pow2(splits)),
-        O_PRELOAD=cfg.o_preload,
-        L2=cfg.l2_prefetch and _overlaps(launch, q), ON_GPU=on_gpu, num_warps=cfg.num_warps,
+        BLOCK_O=_pow2(-(-h // splits)), L2=cfg.l2_prefetch and _overlaps(launch, q), ON_GPU=on_gpu, num_warps=cfg.num_warps,
         **launch,
     )  # fmt: skip
     args = (

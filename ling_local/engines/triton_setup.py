@@ -78,10 +78,6 @@ class AttnConfig:
     it takes 0.914-0.919 ms a step against 0.911-0.912 for the attention and O kernels
     (the barrier and every CTA's combine cost what the O launch did, as PDL already hid
     most of it), and its fp32 atomic sums make the rounding order vary run to run."""
-    o_preload: bool = True
-    """With fuse_o, read the CTA's O slice before the PDL wait (else after the combine)."""
-    chunk: int = 0
-    """With fuse_o, combine the splits in unrolled chunks of this many (0: all at once)."""
 
 
 @dataclass(slots=True)
