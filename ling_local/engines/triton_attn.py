@@ -102,6 +102,52 @@ def _attend(q, k, v, offs_l, l_mask, q_pos, m_i, l_i, acc, sm_scale, USE_DOT: tl
 
 
 @triton.jit
+def _split_range(n_ctx, split, MAX_LEN, SPLITS: tl.constexpr, BLOCK_L: tl.constexpr):
+    """Cache positions [start, end) of split `split` when SPLITS splits share the live
+    context 0 .. n_ctx - 1 in whole tiles of BLOCK_L (never past the cache)."""
+    chunk = tl.cdiv(tl.cdiv(n_ctx, SPLITS), BLOCK_L) * BLOCK_L
+    start = split * chunk
+    return start, tl.minimum(tl.minimum(start + chunk, n_ctx), MAX_LEN)
+
+
+@triton.jit
+def _attend_tiles(
+    q, k_ptr, v_ptr, base, lo, end, q_pos, m_i, l_i, acc, sm_scale,
+    HEAD_DIM: tl.constexpr, BLOCK_L: tl.constexpr, USE_DOT: tl.constexpr, DT: tl.constexpr,
+    ON_GPU: tl.constexpr, CG: tl.constexpr = False,
+):  # fmt: skip
+    """`_attend` over the cache tiles lo, lo + BLOCK_L, .. < end of the kv head at `base`;
+    CG: keys and values read at L2 (written by other CTAs of the same launch)."""
+    d = tl.arange(0, HEAD_DIM)
+    for l0 in range(lo, end, BLOCK_L):
+        offs_l = l0 + tl.arange(0, BLOCK_L)
+        l_mask = offs_l < end
+        kv_off = base + offs_l[:, None] * HEAD_DIM + d[None, :]
+        if CG:
+            k = tl.load(k_ptr + kv_off, mask=l_mask[:, None], other=0.0, cache_modifier=".cg")
+            v = tl.load(v_ptr + kv_off, mask=l_mask[:, None], other=0.0, cache_modifier=".cg")
+        else:
+            k = tl.load(k_ptr + kv_off, mask=l_mask[:, None], other=0.0)
+            v = tl.load(v_ptr + kv_off, mask=l_mask[:, None], other=0.0)
+        m_i, l_i, acc = _attend(
+            q, k, v, offs_l, l_mask, q_pos, m_i, l_i, acc, sm_scale, USE_DOT, DT, ON_GPU
+        )
+    return m_i, l_i, acc
+
+
+@triton.jit
+def _store_partial(m_ptr, l_ptr, acc_ptr, rows, r_mask, split, m_i, l_i, acc,
+                   SPLITS: tl.constexpr, HEAD_DIM: tl.constexpr):  # fmt: skip
+    """A split's running max, sum and unnormalised output of rows `rows` (t * heads +
+    head), at [row * SPLITS + split]."""
+    d = tl.arange(0, HEAD_DIM)
+    row = rows * SPLITS + split
+    tl.store(m_ptr + row, m_i, mask=r_mask)
+    tl.store(l_ptr + row, l_i, mask=r_mask)
+    tl.store(acc_ptr + row[:, None] * HEAD_DIM + d[None, :], acc, mask=r_mask[:, None])
+
+
+@triton.jit
 def _split_partial(
     q_ptr, k_ptr, v_ptr, pos_ptr, m_ptr, l_ptr, acc_ptr, kv_head, split, T, MAX_LEN, sm_scale,
     N_HEADS: tl.constexpr, GROUP: tl.constexpr, HEAD_DIM: tl.constexpr,
@@ -117,10 +163,7 @@ def _split_partial(
     values are prefetched to L2 then too."""
     DT: tl.constexpr = q_ptr.dtype.element_ty
     pos = tl.load(pos_ptr)  # written before the step (host or the previous step's chain)
-    n_ctx = pos + T
-    chunk = tl.cdiv(tl.cdiv(n_ctx, SPLITS), BLOCK_L) * BLOCK_L
-    start = split * chunk
-    end = tl.minimum(tl.minimum(start + chunk, n_ctx), MAX_LEN)  # never past the cache
+    start, end = _split_range(pos + T, split, MAX_LEN, SPLITS, BLOCK_L)
     d = tl.arange(0, HEAD_DIM)
     base = kv_head * MAX_LEN * HEAD_DIM
     offs_l = start + tl.arange(0, BLOCK_L)
@@ -156,20 +199,12 @@ def _split_partial(
     m_i, l_i, acc = _attend(
         q, k, v, offs_l, offs_l < end, q_pos, m_i, l_i, acc, sm_scale, USE_DOT, DT, ON_GPU
     )
-    for l0 in range(start + BLOCK_L, end, BLOCK_L):
-        offs_l = l0 + tl.arange(0, BLOCK_L)
-        l_mask = offs_l < end
-        kv_off = base + offs_l[:, None] * HEAD_DIM + d[None, :]
-        k = tl.load(k_ptr + kv_off, mask=l_mask[:, None], other=0.0)
-        v = tl.load(v_ptr + kv_off, mask=l_mask[:, None], other=0.0)
-        m_i, l_i, acc = _attend(
-            q, k, v, offs_l, l_mask, q_pos, m_i, l_i, acc, sm_scale, USE_DOT, DT, ON_GPU
-        )
+    m_i, l_i, acc = _attend_tiles(
+        q, k_ptr, v_ptr, base, start + BLOCK_L, end, q_pos, m_i, l_i, acc, sm_scale, HEAD_DIM,
+        BLOCK_L, USE_DOT, DT, ON_GPU,
+    )  # fmt: skip
     rows = t * N_HEADS + head
-    row = rows * SPLITS + split
-    tl.store(m_ptr + row, m_i, mask=r_mask)
-    tl.store(l_ptr + row, l_i, mask=r_mask)
-    tl.store(acc_ptr + row[:, None] * HEAD_DIM + d[None, :], acc, mask=r_mask[:, None])
+    _store_partial(m_ptr, l_ptr, acc_ptr, rows, r_mask, split, m_i, l_i, acc, SPLITS, HEAD_DIM)
     return rows, r_mask
 
 

@@ -10,7 +10,12 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ling_local.engines.triton_attn import _attend, _combine_splits
+from ling_local.engines.triton_attn import (
+    _attend_tiles,
+    _combine_splits,
+    _split_range,
+    _store_partial,
+)
 from ling_local.engines.triton_common import (
     _l2_prefetch,
     _rope_rows,
@@ -172,16 +177,13 @@ def _attn_stage(
     combines them into out (`triton_attn`'s partial kernel at T = 1)."""
     DT: tl.constexpr = q_ptr.dtype.element_ty
     N_KV: tl.constexpr = N_HEADS // GROUP
-    n_ctx = pos + 1
-    chunk = tl.cdiv(tl.cdiv(n_ctx, SPLITS), BLOCK_L) * BLOCK_L
     d = tl.arange(0, HEAD_DIM)
     r = tl.arange(0, BLOCK_R)
     r_mask = r < GROUP
     for tile in range(pid, N_KV * SPLITS, G):
         kv_head = tile // SPLITS
         split = tile % SPLITS
-        start = split * chunk
-        end = tl.minimum(tl.minimum(start + chunk, n_ctx), MAX_LEN)
+        start, end = _split_range(pos + 1, split, MAX_LEN, SPLITS, BLOCK_L)
         base = kv_head * MAX_LEN * HEAD_DIM
         head = kv_head * GROUP + r
         q = tl.load(
@@ -194,20 +196,12 @@ def _attn_stage(
         m_i = tl.full((BLOCK_R,), float("-inf"), tl.float32)
         l_i = tl.zeros((BLOCK_R,), tl.float32)
         acc = tl.zeros((BLOCK_R, HEAD_DIM), tl.float32)
-        for l0 in range(start, end, BLOCK_L):
-            offs_l = l0 + tl.arange(0, BLOCK_L)
-            l_mask = offs_l < end
-            kv_off = base + offs_l[:, None] * HEAD_DIM + d[None, :]
-            k = tl.load(kc_ptr + kv_off, mask=l_mask[:, None], other=0.0, cache_modifier=".cg")
-            v = tl.load(vc_ptr + kv_off, mask=l_mask[:, None], other=0.0, cache_modifier=".cg")
-            m_i, l_i, acc = _attend(
-                q, k, v, offs_l, l_mask, q_pos, m_i, l_i, acc, sm_scale, False, DT, ON_GPU
-            )
+        m_i, l_i, acc = _attend_tiles(
+            q, kc_ptr, vc_ptr, base, start, end, q_pos, m_i, l_i, acc, sm_scale, HEAD_DIM,
+            BLOCK_L, False, DT, ON_GPU, CG=True,
+        )  # fmt: skip
         rows = head  # t = 0
-        row = rows * SPLITS + split
-        tl.store(m_ptr + row, m_i, mask=r_mask)
-        tl.store(l_ptr + row, l_i, mask=r_mask)
-        tl.store(acc_ptr + row[:, None] * HEAD_DIM + d[None, :], acc, mask=r_mask[:, None])
+        _store_partial(m_ptr, l_ptr, acc_ptr, rows, r_mask, split, m_i, l_i, acc, SPLITS, HEAD_DIM)
         if _ticket(count_ptr + kv_head, ON_GPU) == SPLITS - 1:
             _combine_splits(m_ptr, l_ptr, acc_ptr, out_ptr, rows, r_mask, SPLITS, HEAD_DIM, BLOCK_S)
             tl.store(count_ptr + kv_head, 0)
