@@ -1,7 +1,8 @@
-"""Device helpers every kernel of the Triton decode step shares (`triton_jit`'s GEMVs,
-`triton_attn`'s attention): programmatic dependent launch, the L2 bulk prefetch, the CTA
-ticket, rounding to the model dtype, the tensor-core product, the GEMV loop's pieces, and
-the QKV epilogue's RoPE rows, rotation and q / k / v stores.
+"""Device helpers every kernel of the Triton decode step shares (`triton_jit` and
+`triton_paired`'s GEMVs, `triton_attn`'s attention): programmatic dependent launch, the L2
+bulk prefetch, the CTA ticket, the counter barrier, rounding to the model dtype, the
+tensor-core product, the GEMV loop's pieces, and the QKV epilogue's RoPE rows, rotation and
+q / k / v stores.
 Imports triton: import it only when `engine.kernels = "triton"` asks for it.
 
 Every kernel takes `USE_PDL`: launched with programmatic dependent launch (Hopper and

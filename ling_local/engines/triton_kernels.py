@@ -47,7 +47,8 @@ tensor-core dots (GEMVs and attention), block sizes from `VERIFY_CONFIGS`.
 
 Block sizes (`triton_setup`): the best of sweeps on the H200 for the Llama-3.2-1B shape
 (`scripts/gpu_kernel_sweep.py`, results in docs/bench/); other shapes run with them too.
-The device code is in `triton_jit` (GEMVs, shared helpers) and `triton_attn`.
+The device code is in `triton_jit` (GEMVs), `triton_paired` (QKV, gate/up),
+`triton_attn` and `triton_common` (shared helpers).
 """
 
 from __future__ import annotations
@@ -61,12 +62,9 @@ import triton
 from ling_local.engines import triton_setup
 from ling_local.engines.triton_attn import _attn_partial_kernel, _attn_reduce_kernel
 from ling_local.engines.triton_fused import attention_o, attention_o_counters
-from ling_local.engines.triton_jit import (
-    _gemv_kernel,
-    _paired_gemv_kernel,
-    _splitk_reduce_kernel,
-)
+from ling_local.engines.triton_jit import _gemv_kernel, _splitk_reduce_kernel
 from ling_local.engines.triton_launch import Scratch, _launch, _on_gpu, _overlaps, _pow2, _prepare
+from ling_local.engines.triton_paired import _paired_gemv_kernel
 from ling_local.engines.triton_persistent import persistent_layers, persistent_ready
 from ling_local.engines.triton_setup import *  # noqa: F403 (re-exported for the sweep script)
 from ling_local.engines.triton_setup import ATTN, CONFIGS, PERSISTENT, AttnConfig
