@@ -1,7 +1,8 @@
 """The Triton decode kernels (`engine.kernels = "triton"`) against the PyTorch step.
 
 On a GPU they run the kernels for real; without one, Triton's CPU interpreter runs them
-(the test extra installs triton, so CI does); without triton they skip.
+(the test extra installs triton, so CI does); without triton they skip. The persistent
+layers kernel has its own file (`test_triton_persistent`).
 
 The interpreter is slow, so the shapes are small: hidden 128, 4 query / 2 kv heads of 32,
 contexts under 100. bf16 throughout, as on the GPU.
@@ -10,8 +11,6 @@ contexts under 100. bf16 throughout, as on the GPU.
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
-import os
 
 import pytest
 import torch
@@ -19,35 +18,18 @@ import torch.nn.functional as F
 
 from ling_local.engines.llama_runner import LlamaRunner, rms_norm, rotate
 from tests.support import small_causal_lm
+from tests.triton_support import BF16, DEV, NEEDS_TRITON, triton_kernels
+from tests.triton_support import INTERPRET as _INTERPRET
+from tests.triton_support import close as _close
+from tests.triton_support import folded_runner as _runner
+from tests.triton_support import randn as _randn
 
-if importlib.util.find_spec("triton") is not None and not torch.cuda.is_available():
-    # No GPU: Triton's CPU interpreter runs the kernels (set before they are decorated;
-    # nothing else in the suite uses triton). CI installs triton with the test extra.
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-_INTERPRET = os.environ.get("TRITON_INTERPRET") == "1"
-pytestmark = pytest.mark.skipif(
-    importlib.util.find_spec("triton") is None or not (_INTERPRET or torch.cuda.is_available()),
-    reason="needs triton, with TRITON_INTERPRET=1 (CPU) or a CUDA GPU",
-)
-DEV = torch.device("cuda" if torch.cuda.is_available() and not _INTERPRET else "cpu")
-BF16 = torch.bfloat16
+pytestmark = NEEDS_TRITON
 
 
 @pytest.fixture(scope="module")
 def tk():
-    from ling_local.engines import triton_kernels
-
-    return triton_kernels
-
-
-def _randn(*shape: int, scale: float = 1.0) -> torch.Tensor:
-    return (torch.randn(*shape, device=DEV) * scale).to(BF16)
-
-
-def _close(got: torch.Tensor, want: torch.Tensor, rel: float = 1e-2) -> None:
-    """Within a couple of bf16 ulps of the output's scale (accumulation order differs)."""
-    err = (got.float() - want.float()).abs().max().item()
-    assert err <= rel * want.float().abs().max().item() + 1e-6, err
+    return triton_kernels()
 
 
 @pytest.mark.parametrize("t", [1, 3])
@@ -175,22 +157,6 @@ def test_attention_o_is_attention_then_o_then_the_residual(
 
 
 # --------------------------------------------------------------------------- whole step
-def _runner(kind: str) -> LlamaRunner:
-    model = small_causal_lm(
-        "qwen2" if kind == "qwen2" else "llama",
-        tied=kind == "llama-tied",
-        num_key_value_heads=2,
-        head_dim=32,
-        max_position_embeddings=256,
-        initializer_range=0.1,  # peakier logits than 0.02, so argmax is not a coin toss
-    )
-    runner = LlamaRunner(model.to(BF16).to(DEV), DEV, max_len=96, cuda_graphs=False)
-    from ling_local.engines.triton_kernels import fold_norms
-
-    fold_norms(runner.weights)  # both steps below run the folded weights
-    return runner
-
-
 def test_folding_the_norms_keeps_the_function() -> None:
     """The prefill with folded norm weights gives the logits of the unfolded model."""
     from ling_local.engines.triton_kernels import fold_norms
@@ -346,81 +312,3 @@ def test_tma_weight_tiles(tk, monkeypatch, kernel: str) -> None:
             assert torch.equal(a, b)
         else:
             _close(b, a)
-
-
-# --------------------------------------------------------------------------- persistent
-def _step_pair(runner: LlamaRunner, tk, monkeypatch, prompt_len: int, steps: int):
-    """Greedy T = 1 steps from the same prompt in two slots: the persistent kernel's step
-    and the per-layer kernels' step, each fed its own argmax."""
-    from ling_local.engines.cuda_graphs import GraphStep
-
-    torch.manual_seed(9)
-    prompt = torch.randint(0, 512, (prompt_len,)).tolist()
-    out = []
-    for persistent in (True, False):
-        monkeypatch.setattr(tk.PERSISTENT, "enabled", persistent)
-        slot = runner.new_cache()
-        runner.forward(slot, prompt)
-        with torch.inference_mode():
-            step = GraphStep(runner.weights, slot, 1, runner.max_len, kernels="triton")
-            step.load(prompt[-1:], prompt_len)
-            logits, tokens = [], []
-            for _ in range(steps):
-                step.replay()  # chains: tokens = argmax, pos += 1
-                logits.append(step.logits.clone())
-                tokens.append(int(step.argmax))
-        out.append((logits, tokens, slot))
-    return out
-
-
-@pytest.mark.parametrize(("kind", "ctas"), [("llama", 3), ("qwen2", 5), ("llama-tied", 1)])
-def test_persistent_layers_match_the_per_layer_kernels(
-    tk, monkeypatch, kind: str, ctas: int
-) -> None:
-    """The one-launch step (grid barriers on a GPU, a launch a stage in the interpreter)
-    gives the per-layer kernels' logits and tokens, and writes the same keys and values;
-    with 1, 3 and 5 CTAs sharing the tiles unevenly, q/k/v biases (qwen2)."""
-    runner = _runner(kind)
-    assert tk.persistent_ready(runner.weights) is None  # fold_norms stacked the layers
-    if _INTERPRET:
-        monkeypatch.setattr(tk.PERSISTENT, "ctas", ctas)
-    (pl, pt, ps), (ll, lt, ls) = _step_pair(runner, tk, monkeypatch, 33, 3)
-    assert pt == lt
-    for a, b in zip(pl, ll, strict=True):
-        _close(a, b, rel=2e-2)
-    end = 33 + 3
-    for layer in range(len(runner.weights.layers)):
-        for a, b in ((ps.k, ls.k), (ps.v, ls.v)):
-            assert torch.equal(a[layer][:, :33], b[layer][:, :33])  # the prompt's
-            _close(a[layer][:, 33:end], b[layer][:, 33:end], rel=2e-2)
-
-
-def test_unstacked_weights_take_the_per_layer_kernels(tk, monkeypatch) -> None:
-    """Layer matrices not in one allocation: the persistent kernel says why and the step
-    runs the per-layer kernels instead, with the same result."""
-    runner = _runner("llama")
-    (_, stacked, _), _ = _step_pair(runner, tk, monkeypatch, 20, 2)
-    layer = runner.weights.layers[1]
-    layer.wo = layer.wo.clone()
-    assert "wo" in tk.persistent_ready(runner.weights)
-    (_, unstacked, _), _ = _step_pair(runner, tk, monkeypatch, 20, 2)
-    assert unstacked == stacked
-
-
-def test_persistent_config_is_checked(tmp_path, monkeypatch) -> None:
-    """Changed in place (the kernels' module holds the same object), from a JSON file as
-    the sweep writes it; bad values and unknown fields refused and nothing changed."""
-    from ling_local.engines import triton_setup
-    from ling_local.engines.triton_persistent import PERSISTENT as seen_by_the_kernel
-
-    for name in ("enabled", "l2_down", "gu_n"):
-        monkeypatch.setattr(triton_setup.PERSISTENT, name, getattr(triton_setup.PERSISTENT, name))
-    with pytest.raises(ValueError, match="fraction"):
-        triton_setup.set_config("persistent", l2_down=1.5)
-    with pytest.raises(TypeError):
-        triton_setup.set_config("persistent", no_such_field=1)
-    assert triton_setup.PERSISTENT.l2_down <= 1.0
-    path = tmp_path / "best.json"
-    path.write_text('{"persistent": {"enabled": true, "gu_n": 16}}')
-    triton_setup.load_configs(path)
-    assert seen_by_the_kernel.enabled and seen_by_the_kernel.gu_n == 16
