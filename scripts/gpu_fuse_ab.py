@@ -6,11 +6,12 @@ import os
 import sys
 from pathlib import Path
 
-sys.path.insert(0, "scripts")
-from kernel_fixture import Fixture
-from kernel_tune import step_ms
+REPO = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(REPO), str(REPO / "scripts")]
+from kernel_fixture import Fixture  # noqa: E402
+from kernel_tune import step_ms  # noqa: E402
 
-from ling_local.engines import triton_kernels as tk
+from ling_local.engines import triton_kernels as tk  # noqa: E402
 
 fx = Fixture()
 out = {}

@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 import torch  # noqa: E402
 from kernel_fixture import MAX_LEN, Fixture, bandwidth, graph_ms, on_cpu  # noqa: E402
 from kernel_grid import focused, grid, tma_grid  # noqa: E402  (beside this script)
-from kernel_tune import SPACES, step_ms, tune_step  # noqa: E402
+from kernel_tune import SPACES, _get, _set, step_ms, tune_step  # noqa: E402
 
 
 # --------------------------------------------------------------------------- workers
@@ -130,37 +130,29 @@ def sweep(fx: Fixture, variants: dict[str, list[dict]], failed: set[str]) -> dic
 
 
 def step_times(fx: Fixture) -> dict:
-    from ling_local.engines import triton_kernels as tk
-
+    """The captured step's replay time: the T = 1 Triton step as configured and with each
+    off-by-default path flipped (the persistent kernel, the fused attention + O), the
+    PyTorch graph step, and T = 9 (a verify) for both."""
     out = {}
 
-    persistent = tk.PERSISTENT.enabled
-    for label, on in (
-        ("triton", persistent),
-        (f"triton, persistent={not persistent}", not persistent),
-    ):
-        tk.PERSISTENT.enabled = on
-        try:
-            out[label] = step_ms(fx, 1, "triton")
-        except Exception as err:
-            out[label] = f"failed: {type(err).__name__}: {str(err)[:200]}"
-        print(f"  step T=1 {label}: {out[label]}", flush=True)
-    tk.PERSISTENT.enabled = persistent
-    fuse = tk.ATTN["attn"].fuse_o
-    tk.set_config("attn", fuse_o=not fuse)
-    try:
-        out[f"triton, fuse_o={not fuse}"] = step_ms(fx, 1, "triton")
-    except Exception as err:
-        out[f"triton, fuse_o={not fuse}"] = f"failed: {type(err).__name__}: {str(err)[:200]}"
-    print(f"  step T=1 fuse_o={not fuse}: {out[f'triton, fuse_o={not fuse}']}", flush=True)
-    tk.set_config("attn", fuse_o=fuse)
-    for label, t, kernels in (("torch graph", 1, "torch"), ("triton T=9", 9, "triton"),
-                              ("torch graph T=9", 9, "torch")):  # fmt: skip
+    def timed(label: str, t: int, kernels: str) -> None:
         try:
             out[label] = step_ms(fx, t, kernels)
         except Exception as err:
             out[label] = f"failed: {type(err).__name__}: {str(err)[:200]}"
         print(f"  step {label}: {out[label]}", flush=True)
+
+    timed("triton", 1, "triton")
+    for name, field in (("persistent", "enabled"), ("attn", "fuse_o")):
+        keep = _get(name, field)
+        _set(name, field, not keep)
+        try:
+            timed(f"triton, {name if name == 'persistent' else field}={not keep}", 1, "triton")
+        finally:
+            _set(name, field, keep)
+    for label, t, kernels in (("torch graph", 1, "torch"), ("triton T=9", 9, "triton"),
+                              ("torch graph T=9", 9, "torch")):  # fmt: skip
+        timed(label, t, kernels)
     return out
 
 

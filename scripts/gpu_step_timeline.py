@@ -30,19 +30,15 @@ sys.path.insert(0, str(REPO / "scripts"))
 import torch  # noqa: E402
 from kernel_fixture import MAX_LEN, Fixture  # noqa: E402
 
-LAYER = ("qkv", "attn", "o", "gate_up", "down")
 
+def layer_roles() -> list[str]:
+    """The kernels of one layer, in launch order, as the shipped configs launch them."""
+    from ling_local.engines import triton_kernels as tk
 
-def kind_of(names: list[str], fused_reduce: bool) -> list[str]:
-    """Each kernel's role, from the step's order: the embedding, 5 (6 with a second
-    attention launch) a layer, the head last."""
-    per_layer = (
-        list(LAYER) if fused_reduce else ["qkv", "attn", "attn_reduce", "o", "gate_up", "down"]
-    )
-    roles = ["embed"]
-    body = names[1:-1]
-    roles += [per_layer[i % len(per_layer)] for i in range(len(body))]
-    return [*roles, "lm_head"]
+    attn = tk.ATTN["attn"]
+    if attn.fuse_o:
+        return ["qkv", "attn_o", "gate_up", "down"]
+    return ["qkv", "attn", *([] if attn.fused_reduce else ["attn_reduce"]), "o", "gate_up", "down"]
 
 
 def main() -> int:
@@ -52,7 +48,6 @@ def main() -> int:
     args = cli.parse_args()
     from torch.profiler import ProfilerActivity, profile
 
-    from ling_local.engines import triton_kernels as tk
     from ling_local.engines.cuda_graphs import GraphStep
 
     fx = Fixture()
@@ -77,14 +72,13 @@ def main() -> int:
             replays.append([])
         replays[-1].append(ev)
     n_layers = len(fx.w.layers)
-    fused = tk.ATTN["attn"].fused_reduce
-    per = 5 if fused else 6
+    per_layer = layer_roles()
     stats: dict[str, dict[str, list[float]]] = {}
     steps_us = []
     for rep in replays:
-        if len(rep) != 2 + per * n_layers:
+        if len(rep) != 2 + len(per_layer) * n_layers:
             continue
-        roles = kind_of([ev.name for ev in rep], fused)
+        roles = ["embed", *per_layer * n_layers, "lm_head"]
         steps_us.append(rep[-1].time_range.end - rep[0].time_range.start)
         for i, (ev, role) in enumerate(zip(rep, roles, strict=True)):
             s = stats.setdefault(role, {"dur": [], "adds": [], "early": []})
@@ -104,7 +98,7 @@ def main() -> int:
         "replays_seen": len(replays),
         "step_us_median": round(statistics.median(steps_us), 1) if steps_us else None,
         "kernels": table,
-        "layer_adds_us": round(sum(table.get(r, {}).get("adds", 0.0) for r in LAYER), 2),
+        "layer_adds_us": round(sum(table.get(r, {}).get("adds", 0.0) for r in per_layer), 2),
         "first_replay": [
             (
                 ev.name[:60],
