@@ -68,6 +68,11 @@ class EngineSettings(_Section):
     step measured, 0.98 ms/token for Llama-3.2-1B on an H200 against 1.06 compiled).
     ``triton`` needs a CUDA device, CUDA graphs, the triton package and a
     Llama/Mistral/Qwen2-style model; it folds the RMSNorm weights into the matrices."""
+    screen_head: bool = True
+    """With ``kernels = "triton"``, greedy decode steps find the argmax from an int8 copy
+    of the output head and recompute exactly only the rows that can win
+    (`engines/triton_screen.py`): the same tokens, about half the head's bytes per token;
+    costs one int8 copy of the head in GPU memory. Sampling always uses the full head."""
     quantize: Literal["none", "int8"] = "none"
     """Weight-only int8 matmuls on the CPU (4x fewer bytes per token; slightly less exact)."""
     warmup: bool = True

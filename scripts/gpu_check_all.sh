@@ -29,7 +29,7 @@ if wants tests; then
   timeout ${TESTS_S:-90} python3 -m pytest -q -p no:cacheprovider -W ignore -m gpu \
     tests/test_gpu_engine.py 2>&1 | tail -8 | tee -a "$LOG"
   timeout 60 python3 -m pytest -q -p no:cacheprovider -W ignore tests/test_triton_kernels.py \
-    tests/test_triton_persistent.py \
+    tests/test_triton_persistent.py tests/test_triton_screen.py \
     2>&1 | tail -4 | tee -a "$LOG"
 fi
 if wants sweep; then

@@ -143,6 +143,7 @@ def step_times(fx: Fixture) -> dict:
         print(f"  step {label}: {out[label]}", flush=True)
 
     timed("triton", 1, "triton")
+    timed("triton, screen_head", 1, "triton-screen")
     for name, field in (("persistent", "enabled"), ("attn", "fuse_o")):
         keep = _get(name, field)
         _set(name, field, not keep)
@@ -167,14 +168,24 @@ def agreement(fx: Fixture, steps: int = 48) -> dict:
     slot2 = fx.runner.new_cache()
     with torch.inference_mode():
         fx.runner.forward(slot2, fx.prompt)
+    slot3 = fx.runner.new_cache()
+    with torch.inference_mode():
+        fx.runner.forward(slot3, fx.prompt)
     ref = GraphStep(w, fx.slot, 1, MAX_LEN, kernels="torch")
     tri = GraphStep(w, slot2, 1, MAX_LEN, kernels="triton")
+    scr = GraphStep(w, slot3, 1, MAX_LEN, kernels="triton", screen=True)
     token, rel, same, clear_same, clear = fx.prompt[-1], [], 0, 0, 0
+    screen_same, reach = 0, []
     with torch.inference_mode():
         for i in range(steps):
-            for step in (ref, tri):
+            for step in (ref, tri, scr):
                 step.load([token], start + i)
                 step.replay()
+            screen_same += bool(torch.equal(scr.argmax, tri.argmax))
+            # rows the screen could not rule out against the largest logit (the pick's own
+            # test, against the largest lower bound, keeps these and a few more)
+            upper = scr.scratch.buffers["screen_upper"][0]
+            reach.append(int((upper >= tri.logits[0].float().max()).sum()))
             a, b = ref.logits.float(), tri.logits.float()
             rel.append(((a - b).norm() / a.norm()).item())
             top2 = a.topk(2, dim=-1).values[0]
@@ -192,6 +203,9 @@ def agreement(fx: Fixture, steps: int = 48) -> dict:
         "logits_rel_err_max": max(rel),
         "argmax_equal": same,
         "argmax_equal_where_margin_gt_0.05": f"{clear_same}/{clear}",
+        "screened_argmax_equal_full_head": f"{screen_same}/{steps}",
+        "screen_rows_reaching_the_max_median": statistics.median(reach),
+        "screen_rows_reaching_the_max_max": max(reach),
     }
 
 
@@ -274,7 +288,8 @@ def main() -> int:
             result["tune_step"] = (
                 tune_step(fx, smoke, reps=5)
                 if on_cpu()
-                else tune_step(fx, SPACES[args.space], reps=200)
+                else tune_step(fx, SPACES[args.space], reps=200,
+                               kernels="triton-screen" if args.space == "screen" else "triton")
             )
             (args.out / "best.json").write_text(
                 json.dumps(result["tune_step"]["configs"], indent=1)

@@ -16,13 +16,16 @@ __all__ = ["SPACES", "step_ms", "tune_step"]
 
 
 def step_ms(fx: Fixture, t: int, kernels: str, reps: int = 60) -> float:
-    """Median time of one replay of the captured T-token step (5 batches of reps / 5)."""
+    """Median time of one replay of the captured T-token step (5 batches of reps / 5);
+    kernels "triton-screen": the Triton step with the greedy head's int8 screen."""
     from ling_local.engines.cuda_graphs import GraphStep
 
     if on_cpu():
         reps = 5
     start = len(fx.prompt)
-    step = GraphStep(fx.w, fx.slot, t, MAX_LEN, kernels=kernels)
+    screen = kernels == "triton-screen"
+    step = GraphStep(fx.w, fx.slot, t, MAX_LEN, kernels="triton" if screen else kernels,
+                     screen=screen)  # fmt: skip
     step.load(fx.prompt[-t:], start)
     for _ in range(3):
         step.replay()
@@ -169,7 +172,29 @@ PRELOAD_SPACE: list[tuple[str, str, list]] = [
     ("down", "config", [dict(block_n=4, block_k=2048, num_warps=8)]),
     ("settings", "early_trigger", [True]),
 ]
+# The greedy head's int8 screen (`triton_screen`), timed in the screened step: its tiles.
+SCREEN_SPACE: list[tuple[str, str, list]] = [
+    (
+        "lm_screen",
+        "config",
+        [
+            dict(block_n=16, block_k=256, num_warps=2, tma=True),
+            dict(block_n=64, block_k=256, num_warps=4, tma=True),
+            dict(block_n=32, block_k=256, num_warps=8, tma=True),
+            dict(block_n=32, block_k=128, num_warps=2, tma=True),
+            dict(block_n=32, block_k=256, num_warps=4, num_stages=4, tma=True),
+            dict(block_n=8, block_k=1024, num_warps=4),
+            dict(block_n=16, block_k=512, num_warps=4),
+        ],
+    ),
+    ("lm_screen", "l2_prefetch", [0.0625, 0.125]),
+    # and the attention's tiles once more: longer tiles read before the wait, fewer splits
+    ("attn", "block_l", [64]),
+    ("attn", "splits", [16, 8]),
+    ("attn", "num_warps", [8]),
+]
 SPACES = {
+    "screen": SCREEN_SPACE,
     "step": STEP_SPACE,
     "preload": PRELOAD_SPACE,
     "gemv": GEMV_SPACE,
@@ -206,12 +231,13 @@ def _set(name: str, field: str, value) -> None:
         tk.set_config(name, **{field: value})
 
 
-def tune_step(fx: Fixture, space=STEP_SPACE, reps: int = 200) -> dict:
-    """Coordinate descent on the T = 1 step's time over `space`; a value is kept when the
-    step is at least 0.2 % faster. Returns the trail and the final configs."""
+def tune_step(fx: Fixture, space=STEP_SPACE, reps: int = 200, kernels: str = "triton") -> dict:
+    """Coordinate descent on the T = 1 step's time over `space` (`step_ms` of `kernels`);
+    a value is kept when the step is at least 0.2 % faster. Returns the trail and the
+    final configs."""
     from ling_local.engines import triton_kernels as tk
 
-    best = step_ms(fx, 1, "triton", reps)
+    best = step_ms(fx, 1, kernels, reps)
     trail = [{"start": best}]
     print(f"  tune start {best} ms", flush=True)
     for name, field, values in space:
@@ -221,7 +247,7 @@ def tune_step(fx: Fixture, space=STEP_SPACE, reps: int = 200) -> dict:
                 continue
             _set(name, field, value)
             try:
-                ms = step_ms(fx, 1, "triton", reps)
+                ms = step_ms(fx, 1, kernels, reps)
             except Exception as err:
                 ms = f"failed: {type(err).__name__}: {str(err)[:200]}"
             trail.append({"kernel": name, field: value, "ms": ms})

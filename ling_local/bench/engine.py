@@ -123,6 +123,7 @@ def ours(
     speculative: str = "none",
     cuda_graphs: bool = True,
     kernels: str = "torch",
+    screen_head: bool = True,
     name: str = "ling-local engine",
 ) -> tuple[Row, list[int], dict]:
     from ling_local.config import profile_from_dict
@@ -143,6 +144,7 @@ def ours(
                 "cuda_graphs": cuda_graphs,
                 "compile": compile_step,
                 "kernels": kernels,
+                "screen_head": screen_head,
                 "speculative": speculative,
                 "num_speculative_tokens": 8,
             },
@@ -319,6 +321,12 @@ def run_engine_bench(
                 kw = dict(compile_step=True, name="ling-local engine, compiled graph step")
             elif variant == "triton":
                 kw = dict(kernels="triton", name="ling-local engine, Triton kernels")
+            elif variant == "triton-exact-head":
+                kw = dict(
+                    kernels="triton",
+                    screen_head=False,
+                    name="ling-local engine, Triton kernels, full bf16 head",
+                )
             elif variant == "prompt-lookup-triton":
                 kw = dict(
                     speculative="prompt_lookup",

@@ -105,7 +105,12 @@ class GraphStep:
         compile_step: bool = False,
         banned: torch.Tensor | None = None,
         kernels: str = "torch",
+        screen: bool = False,
     ) -> None:
+        """`screen` (Triton kernels, T = 1): the head is the exact int8 screen, which
+        gives the argmax and no logits (`self.logits` None): for greedy decoding only."""
+        if screen and (kernels != "triton" or t != 1):
+            raise ValueError("the screened head is the Triton kernels' T = 1 step")
         dev = weights.embed.device
         self.banned = torch.zeros(0, dtype=torch.long, device=dev) if banned is None else banned
         self.t = t
@@ -121,13 +126,18 @@ class GraphStep:
         """Each replay feeds the next: tokens = argmax, pos += 1 (greedy decode chains on
         the device; a sampled token is copied over it by `advance`)."""
         extra: dict[str, Any] = {}
+        self.scratch = None
+        """The Triton kernels' scratch buffers (None for the torch step)."""
         if kernels == "triton":
             from ling_local.engines.triton_kernels import Scratch
+            from ling_local.engines.triton_setup import screen_head
 
             extra = {
                 "scratch": Scratch(dev, weights.lm_head.shape[0], self.banned),
                 "chain": self.chains,
+                "screen": screen_head(weights) if screen else None,
             }
+            self.scratch = extra["scratch"]
 
         def run() -> tuple[torch.Tensor, torch.Tensor]:
             logits, argmax = fn(

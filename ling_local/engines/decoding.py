@@ -46,6 +46,7 @@ class Decoder:
         num_speculative: int = 4,
         compile_graphs: bool = False,
         kernels: str = "torch",
+        screen_head: bool = True,
         banned_token_ids: tuple[int, ...] = (),
         threads: tuple[int, int] | None = None,
     ) -> None:
@@ -60,6 +61,8 @@ class Decoder:
         self.compile_graphs = compile_graphs
         self.kernels = kernels
         """The graph steps' kernels: "torch" or "triton" (`engine.kernels`)."""
+        self.screen_head = screen_head
+        """Greedy Triton decode steps take the head's exact int8 screen (`engine.screen_head`)."""
         self.graphs = isinstance(runner, LlamaRunner) and runner.use_graphs
         self.can_verify = isinstance(runner, LlamaRunner)
         if self.graphs:
@@ -150,12 +153,16 @@ class Decoder:
         return gen.on_token(int(sample(self._mask(logits), *gen.sample_args())))
 
     # ------------------------------------------------------------------ GPU burst
-    def _graph(self, slot: Any, t: int) -> Any:
+    def _graph(self, slot: Any, t: int, greedy: bool = False) -> Any:
+        """The slot's captured T-token step; for a greedy decode (T = 1) with the Triton
+        kernels and `screen_head`, the one whose head is the exact int8 screen."""
         from ling_local.engines.cuda_graphs import GraphStep
 
+        screen = greedy and t == 1 and self.kernels == "triton" and self.screen_head
+        key = (t, screen)
         graphs = slot.cache.graphs
-        if t not in graphs:
-            graphs[t] = GraphStep(
+        if key not in graphs:
+            graphs[key] = GraphStep(
                 self.runner.weights,
                 slot.cache,
                 t,
@@ -163,8 +170,9 @@ class Decoder:
                 self.compile_graphs,
                 self.banned,
                 kernels=self.kernels,
+                screen=screen,
             )
-        return graphs[t]
+        return graphs[key]
 
     def _burst(
         self, gen: Generation, should_yield: Callable[[], bool], until_match: bool = False
@@ -178,11 +186,11 @@ class Decoder:
         budget = min(gen.remaining, runner.max_len - start - 1)
         if budget <= 0:
             return self._decode_one(gen)
-        step = self._graph(slot, 1)
+        greedy = gen.greedy
+        step = self._graph(slot, 1, greedy)
         step.load([gen.next_token], start)
         fed = gen.next_token
         pending: deque[int] = deque()
-        greedy = gen.greedy
         launched = 0
         reason: FinishReason | None = None
         history = gen.history if until_match else None

@@ -65,6 +65,9 @@ class LlamaWeights:
     eps: float
     norms_folded: bool = False
     """The RMSNorm weights are folded into the next matrices (`triton_setup.fold_norms`)."""
+    head_screen: Any = None
+    """The output head's int8 screen for greedy steps (`triton_setup.screen_head`), built
+    on first use."""
 
     @classmethod
     def from_hf(cls, model: Any, max_positions: int) -> LlamaWeights:

@@ -112,9 +112,11 @@ class TorchEngine:
             self.runner = HFRunner(model, device)
         if engine.kernels == "triton":
             _check_triton(self.runner, device)
-            from ling_local.engines.triton_setup import fold_norms
+            from ling_local.engines.triton_setup import fold_norms, screen_head
 
             fold_norms(self.runner.weights)  # the kernels' form; the prefill runs it too
+            if engine.screen_head:  # built at load: its memory is taken up front
+                screen_head(self.runner.weights)
         draft = draft_cache = None
         if engine.speculative in ("draft", "auto") and settings.draft_path:
             draft = self._load_draft(device, dtype)
@@ -127,6 +129,7 @@ class TorchEngine:
             num_speculative=engine.num_speculative_tokens,
             compile_graphs=engine.compile,
             kernels=engine.kernels,
+            screen_head=engine.screen_head,
             threads=threads,
             banned_token_ids=PromptBuilder(self.profile.prompt, self.tokenizer).banned_token_ids(),
         )

@@ -232,3 +232,57 @@ def _grid_sync(bar_ptr, target, err_ptr, limit):
         pack=1,
     )
     return tl.max(gave_up, axis=0) != 0
+
+
+_MIN_KEY = tl.constexpr(-(2**63))
+_MIN_KEY32 = tl.constexpr(-(2**31))
+
+
+@triton.jit
+def _ordered(f):
+    """The int32 whose signed order is the order of the fp32 values f (no NaNs)."""
+    bits = f.to(tl.int32, bitcast=True)
+    return bits ^ ((bits >> 31) & 0x7FFFFFFF)
+
+
+@triton.jit
+def _unordered(key):
+    """The fp32 value of an `_ordered` key (the map is its own inverse)."""
+    return (key ^ ((key >> 31) & 0x7FFFFFFF)).to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _argmax_key(y, n_start):
+    """Per token row of y [T, BLOCK] (columns n_start ..): a 64-bit key of its best column,
+    order-preserving bits of the value, then the complement of the index, so the largest
+    key is the largest value at its first index (torch.argmax's tie rule)."""
+    best = tl.max(y, axis=1)
+    index = n_start + tl.argmax(y, axis=1)
+    return (_ordered(best).to(tl.int64) << 32) + (0x7FFFFFFF - index).to(tl.int64)
+
+
+@triton.jit
+def _publish_argmax(key, offs_t, t_mask, key_ptr, count_ptr, argmax_ptr, tokens_ptr, pos_ptr,
+                    T, CHAIN: tl.constexpr, ON_GPU: tl.constexpr):  # fmt: skip
+    """Global argmax over all CTAs of the launch from each CTA's `_argmax_key`s [T]: one
+    atomic max each (none for a CTA without a candidate, key `_MIN_KEY`); the last CTA
+    decodes the keys into argmax [T], resets them and the counter for the next launch, and
+    with CHAIN feeds the tokens to the next step itself (tokens = argmax, pos += T):
+    consecutive graph replays need no host op. Returns whether this CTA was the last."""
+    tl.atomic_max(key_ptr + offs_t, key, mask=t_mask & (key > _MIN_KEY), sem="relaxed",
+                  scope="gpu")  # fmt: skip
+    last = _ticket(count_ptr, ON_GPU) == tl.num_programs(0) - 1
+    if last:
+        # Read with an atomic that changes nothing (threads holding the same element read
+        # the same value), reset after a barrier.
+        final = tl.atomic_max(key_ptr + offs_t, _MIN_KEY, mask=t_mask, sem="acq_rel")
+        tl.debug_barrier()
+        tl.store(key_ptr + offs_t, _MIN_KEY, mask=t_mask)
+        low = final - ((final >> 32) << 32)
+        token = 0x7FFFFFFF - low
+        tl.store(argmax_ptr + offs_t, token, mask=t_mask)
+        if CHAIN:
+            tl.store(tokens_ptr + offs_t, token, mask=t_mask)
+            tl.store(pos_ptr, tl.load(pos_ptr) + T)
+        tl.store(count_ptr, 0)
+    return last

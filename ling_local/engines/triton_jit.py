@@ -23,60 +23,17 @@ import triton.language as tl
 
 from ling_local.engines.triton_common import (
     _accumulate,
+    _argmax_key,
     _l2_prefetch,
     _load_x,
     _pdl_start,
     _pdl_wait,
+    _publish_argmax,
     _round,
     _rstd,
-    _ticket,
     _w_tile,
 )
-
-_MIN_KEY = tl.constexpr(-(2**63))
-
-
-@triton.jit
-def _argmax_epilogue(
-    y,
-    offs_t,
-    t_mask,
-    n_start,
-    key_ptr,
-    count_ptr,
-    argmax_ptr,
-    tokens_ptr,
-    pos_ptr,
-    T,
-    CHAIN: tl.constexpr,
-    ON_GPU: tl.constexpr,
-):
-    """Global argmax of the logits over all CTAs, first index on ties (torch.argmax): each
-    CTA folds its block's best into a 64-bit key (order-preserving bits of the logit, then
-    the complement of the index) with one atomic max; the last CTA decodes the keys, resets
-    them and the counter for the next launch, and with CHAIN feeds the tokens to the next
-    step itself (tokens = argmax, pos += T): consecutive graph replays need no host op."""
-    best = tl.max(y, axis=1)
-    local = tl.argmax(y, axis=1)
-    index = n_start + local
-    bits = best.to(tl.int32, bitcast=True)
-    ordered = bits ^ ((bits >> 31) & 0x7FFFFFFF)
-    key = (ordered.to(tl.int64) << 32) + (0x7FFFFFFF - index).to(tl.int64)
-    tl.atomic_max(key_ptr + offs_t, key, mask=t_mask, sem="relaxed", scope="gpu")
-    ticket = _ticket(count_ptr, ON_GPU)
-    if ticket == tl.num_programs(0) - 1:
-        # Read with an atomic that changes nothing (threads holding the same element read
-        # the same value), reset after a barrier.
-        final = tl.atomic_max(key_ptr + offs_t, _MIN_KEY, mask=t_mask, sem="acq_rel")
-        tl.debug_barrier()
-        tl.store(key_ptr + offs_t, _MIN_KEY, mask=t_mask)
-        low = final - ((final >> 32) << 32)
-        token = 0x7FFFFFFF - low
-        tl.store(argmax_ptr + offs_t, token, mask=t_mask)
-        if CHAIN:
-            tl.store(tokens_ptr + offs_t, token, mask=t_mask)
-            tl.store(pos_ptr, tl.load(pos_ptr) + T)
-        tl.store(count_ptr, 0)
+from ling_local.engines.triton_screen import _screen_epilogue
 
 
 @triton.jit
@@ -94,6 +51,8 @@ def _gemv_kernel(
     tokens_ptr,
     pos_ptr,
     oacc_ptr,
+    scale_ptr,
+    slack_ptr,
     T,
     N,
     K,
@@ -116,6 +75,7 @@ def _gemv_kernel(
     USE_PDL: tl.constexpr,
     ON_GPU: tl.constexpr,
     N_COUNT: tl.constexpr = 0,
+    SCREEN: tl.constexpr = False,
 ):
     """out[t, n] = (res[t, n] +) round(s[t] * sum_k x[t, k] * w[n, k]); s = 1/rms(x[t]) if
     NORM (w has the norm's weight folded in), else 1. With SPLIT_K > 1 each CTA stores its
@@ -127,7 +87,11 @@ def _gemv_kernel(
     ADD_ACC (T = 1, RESIDUAL, SPLIT_K = 1; the down projection after `_attn_o_kernel`): the
     residual is first res + round(oacc), the O projection's fp32 sums, which are then zeroed
     for the next layer, and CTA 0 zeroes that kernel's N_COUNT barrier counters
-    (count[32 * i])."""
+    (count[32 * i]).
+    SCREEN (T = 1, NORM; the output head's int8 screen, `triton_screen`): w is the int8
+    copy of the head, scale / slack its per-row constants; the epilogue stores each row's
+    upper bound into out (fp32) and folds the largest lower bound into key (int32, one
+    atomic max a CTA) instead of rounding."""
     DT: tl.constexpr = out_ptr.dtype.element_ty
     _pdl_start(USE_PDL)
     pid_n = tl.program_id(0)
@@ -149,8 +113,11 @@ def _gemv_kernel(
         w = _w_tile(w_rows, k_start + tl.arange(0, BLOCK_K), n_mask, k_end)
     offs = offs_t[:, None] * N + offs_n[None, :]
     m = t_mask[:, None] & n_mask[None, :]
-    if ARGMAX:  # constant: read before the wait
+    if ARGMAX or SCREEN:  # constant: read before the wait
         banned = tl.load(banned_ptr + offs_n, mask=n_mask, other=1)
+    if SCREEN:
+        scale = tl.load(scale_ptr + offs_n, mask=n_mask, other=0.0)
+        slack = tl.load(slack_ptr + offs_n, mask=n_mask, other=0.0)
     _pdl_wait(USE_PDL)
     if RESIDUAL and SPLIT_K == 1 and not USE_DOT:  # in flight with the first x tile
         res = tl.load(res_ptr + offs, mask=m, other=0.0).to(tl.float32)
@@ -193,7 +160,11 @@ def _gemv_kernel(
         y = acc_dot
     else:
         y = tl.sum(acc, axis=2)
-    if SPLIT_K == 1:
+    if SCREEN:
+        _screen_epilogue(
+            y, tl.sum(ss, axis=1), K, eps, offs_n, n_mask, banned, scale, slack, out_ptr, key_ptr
+        )  # fmt: skip
+    elif SPLIT_K == 1:
         if NORM and USE_DOT:
             y = y * rstd[:, None]
         elif NORM:
@@ -207,9 +178,9 @@ def _gemv_kernel(
             y = tl.where((banned != 0)[None, :] | ~m, float("-inf"), y)
         tl.store(out_ptr + offs, y.to(DT), mask=m)
         if ARGMAX:
-            _argmax_epilogue(
-                y, offs_t, t_mask, pid_n * BLOCK_N, key_ptr, count_ptr, argmax_ptr, tokens_ptr,
-                pos_ptr, T, CHAIN, ON_GPU,
+            _publish_argmax(
+                _argmax_key(y, pid_n * BLOCK_N), offs_t, t_mask, key_ptr, count_ptr,
+                argmax_ptr, tokens_ptr, pos_ptr, T, CHAIN, ON_GPU,
             )  # fmt: skip
     else:
         tl.store(part_ptr + pid_k * T * N + offs, y, mask=m)

@@ -20,6 +20,10 @@ sums by 1/rms(x) in the epilogue (no second read of x, no barrier before the loo
   banned tokens and takes the argmax across CTAs (one 64-bit atomic max each; the last CTA
   decodes it), and in a decode graph writes that token and position + 1 where the next
   replay reads them: no argmax, copy or add kernels after the head.
+* the greedy head's exact screen (`lm_head_screened`, `engine.screen_head`; T = 1, greedy
+  decode graphs): `_gemv_kernel` with SCREEN streams an int8 copy of the head (half its
+  bytes) and bounds every row's logit; `triton_screen._pick_kernel` recomputes in bf16 only
+  the rows whose bound can reach the best, and takes their argmax: the full head's token.
 * `_attn_partial_kernel`: flash-decoding over the slot's cache. One CTA per (kv head,
   split) handles the kv head's whole query group for all T tokens; the split boundaries
   follow the position read on the device, so a captured graph spreads the live context,
@@ -48,7 +52,7 @@ tensor-core dots (GEMVs and attention), block sizes from `VERIFY_CONFIGS`.
 Block sizes (`triton_setup`): the best of sweeps on the H200 for the Llama-3.2-1B shape
 (`scripts/gpu_kernel_sweep.py`, results in docs/bench/); other shapes run with them too.
 The device code is in `triton_jit` (GEMVs), `triton_paired` (QKV, gate/up),
-`triton_attn` and `triton_common` (shared helpers).
+`triton_attn`, `triton_screen` (the head's screen) and `triton_common` (shared helpers).
 """
 
 from __future__ import annotations
@@ -66,14 +70,16 @@ from ling_local.engines.triton_jit import _gemv_kernel, _splitk_reduce_kernel
 from ling_local.engines.triton_launch import Scratch, _launch, _on_gpu, _overlaps, _pow2, _prepare
 from ling_local.engines.triton_paired import _paired_gemv_kernel
 from ling_local.engines.triton_persistent import persistent_layers, persistent_ready
+from ling_local.engines.triton_screen import _pick_kernel
 from ling_local.engines.triton_setup import *  # noqa: F403 (re-exported for the sweep script)
-from ling_local.engines.triton_setup import ATTN, CONFIGS, PERSISTENT, AttnConfig
+from ling_local.engines.triton_setup import ATTN, CONFIGS, PERSISTENT, AttnConfig, ScreenHead
 
 __all__ = [
     *triton_setup.__all__,
     "Scratch",
     "attention_o",
     "attention_o_counters",
+    "lm_head_screened",
     "persistent_ready",
     "triton_step",
 ]
@@ -117,7 +123,7 @@ def gemv(
     kw, desc, l2_bytes = _prepare(name, x, weight, split)
     _gemv_kernel[(triton.cdiv(n, kw["BLOCK_N"]), split)](
         x, weight, desc, out, out, part, x, x, counters if counters is not None else x, x, x,
-        x, oacc if oacc is not None else x, t, n, k, eps, l2_bytes, NORM=normed,
+        x, oacc if oacc is not None else x, x, x, t, n, k, eps, l2_bytes, NORM=normed,
         RESIDUAL=residual is not None, ADD_ACC=oacc is not None, SPLIT_K=split, ARGMAX=False,
         CHAIN=False, N_COUNT=0 if counters is None else counters.numel() // 32, **kw,
     )  # fmt: skip
@@ -151,10 +157,48 @@ def lm_head_argmax(
     kw, desc, l2_bytes = _prepare("lm_head", x, weight)
     _gemv_kernel[(triton.cdiv(n, kw["BLOCK_N"]), 1)](
         x, weight, desc, logits, logits, logits, scratch.banned_mask(), keys, count, argmax,
-        tokens if chain else argmax, pos if chain else argmax, x, t, n, k, eps, l2_bytes,
+        tokens if chain else argmax, pos if chain else argmax, x, x, x, t, n, k, eps, l2_bytes,
         NORM=True, RESIDUAL=False, ADD_ACC=False, SPLIT_K=1, ARGMAX=True, CHAIN=chain, **kw,
     )  # fmt: skip
     return logits, argmax
+
+
+def lm_head_screened(
+    x: torch.Tensor,
+    screen: ScreenHead,
+    weight: torch.Tensor,
+    eps: float,
+    scratch: Scratch,
+    tokens: torch.Tensor | None = None,
+    pos: torch.Tensor | None = None,
+) -> tuple[None, torch.Tensor]:
+    """The argmax [1] of `lm_head_argmax`'s logits for one token, exactly, from the head's
+    int8 screen and the bf16 rows it cannot rule out (`triton_screen`), in two launches;
+    no logits (None). With `tokens` and `pos`, also tokens = argmax and pos += 1."""
+    t, k = x.shape
+    if t != 1:
+        raise ValueError("the screened head takes one token")
+    n = weight.shape[0]
+    upper = scratch.get("screen_upper", (1, n), torch.float32)
+    low = scratch.get("screen_low", (1,), torch.int32, fill=-(2**31))
+    keys = scratch.get("pick_keys", (1,), torch.long, fill=-(2**63))
+    count = scratch.get("pick_count", (1,), torch.int32, fill=0)
+    argmax = torch.empty(1, dtype=torch.long, device=x.device)
+    chain = tokens is not None and pos is not None
+    kw, desc, l2_bytes = _prepare("lm_screen", x, screen.q)
+    banned = scratch.banned_mask()
+    _gemv_kernel[(triton.cdiv(n, kw["BLOCK_N"]), 1)](
+        x, screen.q, desc, upper, upper, upper, banned, low, count, argmax, argmax, argmax, x,
+        screen.scale, screen.slack, t, n, k, eps, l2_bytes, NORM=True, RESIDUAL=False,
+        ADD_ACC=False, SPLIT_K=1, ARGMAX=False, CHAIN=False, SCREEN=True, **kw,
+    )  # fmt: skip
+    block_s = 256
+    _pick_kernel[(triton.cdiv(n, block_s),)](
+        x, weight, upper, low, keys, count, argmax, tokens if chain else argmax,
+        pos if chain else argmax, n, k, eps, BLOCK_S=block_s, BLOCK_R=8, BLOCK_K=_pow2(k),
+        CHAIN=chain, ON_GPU=_on_gpu(x), num_warps=4, **_launch(x),
+    )  # fmt: skip
+    return None, argmax
 
 
 def gate_up_silu(
@@ -268,22 +312,24 @@ def triton_step(
     banned: torch.Tensor,
     scratch: Scratch | None = None,
     chain: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor]:
+    screen: ScreenHead | None = None,
+) -> tuple[torch.Tensor | None, torch.Tensor]:
     """`cuda_graphs._step` with these kernels: at T = 1 (PERSISTENT.enabled, stacked
     weights) one persistent launch for every layer (`triton_persistent`) and one for the
     head; else 5 launches per layer (+1 per split-K GEMV or unfused attention reduce; 4 at
     T = 1 with `AttnConfig.fuse_o`) and one for the head. `rows` / `cols` are unused (the
     kernels read `pos` and mask themselves). With `chain` the step also advances itself (tokens =
-    argmax, pos += T)."""
+    argmax, pos += T). With `screen` (T = 1, `triton_setup.screen_head`) the head is the
+    exact int8 screen (`lm_head_screened`): the same argmax, no logits (None)."""
     if not w.norms_folded:
         raise ValueError("the Triton step takes weights with folded norms (fold_norms)")
     if scratch is None:
         scratch = Scratch(tokens.device, w.lm_head.shape[0], banned)
+    if screen is not None and tokens.shape[0] != 1:
+        raise ValueError("the screened head takes one token")
     if tokens.shape[0] == 1 and PERSISTENT.enabled and persistent_ready(w) is None:
         x = persistent_layers(w, k_cache, v_cache, tokens, pos, scratch)
-        return lm_head_argmax(
-            x, w.lm_head, w.eps, scratch, tokens if chain else None, pos if chain else None
-        )
+        return _head(x, w, scratch, tokens, pos, chain, screen)
     x = F.embedding(tokens, w.embed)  # the residual stream, updated in place
     nh, nkv, hd, eps = w.n_heads, w.n_kv_heads, w.head_dim, w.eps
     fuse_o = tokens.shape[0] == 1 and ATTN["attn"].fuse_o
@@ -301,6 +347,11 @@ def triton_step(
             gemv(attn, layer.wo, "o", residual=x, scratch=scratch)
         act = gate_up_silu(x, layer.w13, eps, oacc)
         gemv(act, layer.w2, "down", residual=x, scratch=scratch, oacc=oacc, counters=counters)
-    return lm_head_argmax(
-        x, w.lm_head, eps, scratch, tokens if chain else None, pos if chain else None
-    )
+    return _head(x, w, scratch, tokens, pos, chain, screen)
+
+
+def _head(x, w, scratch, tokens, pos, chain, screen):
+    tokens, pos = (tokens, pos) if chain else (None, None)
+    if screen is not None:
+        return lm_head_screened(x, screen, w.lm_head, w.eps, scratch, tokens, pos)
+    return lm_head_argmax(x, w.lm_head, w.eps, scratch, tokens, pos)

@@ -22,10 +22,12 @@ __all__ = [
     "AttnConfig",
     "GemvConfig",
     "PersistentConfig",
+    "ScreenHead",
     "apply_config",
     "fold_norms",
     "fold_weight",
     "load_configs",
+    "screen_head",
     "set_config",
     "stack_layers",
     "unsupported_reason",
@@ -154,6 +156,8 @@ CONFIGS: dict[str, GemvConfig] = {
     # docs/bench/kernel_sweep_final_h200_run1.json). The other kernels kept register loads:
     # with TMA they were faster alone but slower inside the PDL-overlapped step.
     "lm_head": GemvConfig(block_n=32, block_k=128, num_warps=2, num_stages=3, tma=True),
+    # The greedy head's int8 screen (`triton_screen`): the same 256-byte row tiles.
+    "lm_screen": GemvConfig(block_n=32, block_k=256, num_warps=4, num_stages=3, tma=True),
 }
 ATTN = {"attn": AttnConfig(splits=32, block_l=32, num_warps=4, fused_reduce=True)}
 VERIFY_CONFIGS: dict[str, GemvConfig] = {
@@ -187,6 +191,45 @@ def fold_norms(w) -> None:
     w.norm = torch.ones_like(w.norm)
     w.norms_folded = True
     stack_layers(w)
+
+
+@dataclass(frozen=True, slots=True)
+class ScreenHead:
+    """The output head's int8 screen (`triton_screen`): q [V, K] int8 with per-row scales
+    (w ~ scale * q), and per row `slack` >= ||w - scale * q|| + 2^-11 ||w||, the most the
+    quantisation and fp32 summation can move a logit per unit of input norm."""
+
+    q: torch.Tensor
+    scale: torch.Tensor
+    slack: torch.Tensor
+
+
+def screen_head(w, rows: int = 8192) -> ScreenHead:
+    """The screen of `w.lm_head` (the norm folded in: call after `fold_norms`), built on
+    the head's device in blocks of `rows` and kept on the weights (`w.head_screen`)."""
+    if not w.norms_folded:
+        raise ValueError("the head's screen takes folded norms (fold_norms first)")
+    if w.head_screen is not None:
+        return w.head_screen
+    head = w.lm_head
+    n = head.shape[0]
+    q = torch.empty(head.shape, dtype=torch.int8, device=head.device)
+    scale = torch.empty(n, dtype=torch.float32, device=head.device)
+    slack = torch.empty(n, dtype=torch.float32, device=head.device)
+    for i in range(0, n, rows):
+        block = head[i : i + rows].double()
+        s = block.abs().amax(dim=1).clamp_min(1e-30) / 127.0
+        s32 = s.float()
+        qi = torch.round(block / s32.double()[:, None]).clamp_(-127, 127)
+        err = (block - qi * s32.double()[:, None]).norm(dim=1)
+        bound = err + block.norm(dim=1) * 2.0**-11
+        q[i : i + rows] = qi.to(torch.int8)
+        scale[i : i + rows] = s32
+        # fp64 -> fp32 rounded up, so the stored bound is still a bound
+        b32 = bound.float()
+        slack[i : i + rows] = torch.where(b32.double() < bound, torch.nextafter(b32, b32 + 1), b32)
+    w.head_screen = ScreenHead(q, scale, slack)
+    return w.head_screen
 
 
 _STACKED = ("wqkv", "wo", "w13", "w2")

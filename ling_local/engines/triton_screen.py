@@ -1,0 +1,116 @@
+"""The greedy output head's exact screen (device code only): the argmax of the logits from
+an int8 copy of the head and one bf16 row per possible winner, not the whole bf16 head.
+
+The head is most of a small model's bytes per token (Llama-3.2-1B: 525 of 2,471 MB), and a
+greedy step needs only its argmax. The int8 copy (per-row absmax scales, built once by
+`triton_setup.screen_head`) halves what the head reads. Each row n also keeps `slack`, an
+upper bound on what its quantisation can move a logit per unit of input norm: the rounding
+error's norm ||w_n - scale_n q_n|| plus an allowance for fp32 summation, so by
+Cauchy-Schwarz |logit_n - screened_n| <= ||x|| slack_n for the normalised input x, whatever
+x is. Two launches:
+
+1. `_gemv_kernel` with SCREEN streams the int8 rows; its epilogue (`_screen_epilogue`)
+   stores each row's upper bound and folds the largest lower bound L into one int32 key.
+2. `_pick_kernel`: each CTA reads its slice of the upper bounds; a row whose upper bound
+   cannot reach L, less a bf16 rounding step, cannot be the argmax of the rounded logits,
+   and is skipped. The few rows left (tens for random weights) get their exact logit from
+   their bf16 row, rounded as the exact head rounds, and the argmax over them, first index
+   on ties, is the exact head's argmax (`triton_common._publish_argmax` takes it across
+   CTAs and chains the next step, as the exact head's epilogue does).
+
+Nothing is approximate in the result: a row the screen cannot rule out is recomputed, so a
+flat distribution only makes the pick slower. The logits themselves are not produced:
+sampling uses the exact head. Shared helpers are in `triton_common`."""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+from ling_local.engines.triton_common import (
+    _MIN_KEY,
+    _MIN_KEY32,
+    _argmax_key,
+    _ordered,
+    _pdl_start,
+    _pdl_wait,
+    _publish_argmax,
+    _round,
+    _unordered,
+)
+
+_BOUND_GROWTH = tl.constexpr(1.0 + 2.0**-10)  # the bound's own fp32 rounding, generously
+_VALUE_SLACK = tl.constexpr(2.0**-20)  # rstd, scale and the sum's last roundings, relative
+_ROUNDING = tl.constexpr(2.0**-6)  # >= two bf16 steps at the logit's magnitude
+_TINY = tl.constexpr(2.0**-126)
+
+
+@triton.jit
+def _screen_epilogue(
+    y, ss, K, eps, offs_n, n_mask, banned, scale, slack, upper_ptr, low_ptr
+):  # fmt: skip
+    """The screen's bounds from y [1, BLOCK_N] = sum_k x[k] q[n, k] and ss [1] = sum_k x[k]^2
+    (one token): upper[n] = screened + bound, stored; max over the block of screened -
+    bound, folded into low_ptr's ordered key. Banned and missing rows: -inf both."""
+    rstd = tl.rsqrt(ss / K + eps)
+    norm = tl.sqrt(ss) * rstd  # ||x|| after the norm
+    value = y * (scale[None, :] * rstd[:, None])
+    bound = norm[:, None] * slack[None, :] * _BOUND_GROWTH + tl.abs(value) * _VALUE_SLACK
+    ok = (banned == 0)[None, :] & n_mask[None, :]
+    up = tl.where(ok, value + bound, float("-inf"))
+    low = tl.max(tl.where(ok, value - bound, float("-inf")), axis=1)
+    tl.store(upper_ptr + offs_n[None, :], up, mask=n_mask[None, :])
+    tl.atomic_max(low_ptr + tl.arange(0, 1), _ordered(low), sem="relaxed", scope="gpu")
+
+
+@triton.jit
+def _candidates(upper_ptr, rows, N, low):
+    """Which of rows can hold the argmax of the rounded logits: their upper bound reaches
+    the largest lower bound less two bf16 steps (a rounded logit ties within one)."""
+    u = tl.load(upper_ptr + rows, mask=rows < N, other=float("-inf"))
+    reach = low - _ROUNDING * tl.maximum(tl.abs(low), tl.abs(u)) - _TINY
+    return (u >= reach) & (u > float("-inf"))
+
+
+@triton.jit
+def _pick_kernel(
+    x_ptr, w_ptr, upper_ptr, low_ptr, key_ptr, count_ptr, argmax_ptr, tokens_ptr, pos_ptr,
+    N, K, eps,
+    BLOCK_S: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+    CHAIN: tl.constexpr, USE_PDL: tl.constexpr, ON_GPU: tl.constexpr,
+):  # fmt: skip
+    """Rows pid * BLOCK_S .. + BLOCK_S of the pick (module doc): the exact logits of the
+    screen's candidates, BLOCK_R rows at a time (a whole bf16 row, BLOCK_K >= K, per
+    candidate; rows ruled out are not read), the best of them published across CTAs. The
+    last CTA also resets the screen's lower-bound key for the next launch."""
+    DT: tl.constexpr = w_ptr.dtype.element_ty
+    _pdl_start(USE_PDL)
+    _pdl_wait(USE_PDL)
+    offs_t = tl.arange(0, 1)
+    low_key = tl.load(low_ptr + offs_t, cache_modifier=".cg")
+    low = tl.max(_unordered(low_key), axis=0)
+    start = tl.program_id(0) * BLOCK_S
+    best = tl.full((1,), _MIN_KEY, tl.int64)
+    if tl.sum(_candidates(upper_ptr, start + tl.arange(0, BLOCK_S), N, low).to(tl.int32)) > 0:
+        offs_k = tl.arange(0, BLOCK_K)
+        k_mask = offs_k < K
+        x = tl.load(x_ptr + offs_k, mask=k_mask, other=0.0).to(tl.float32)
+        rstd = tl.rsqrt(tl.sum(x * x, axis=0) / K + eps)
+        for r0 in range(start, start + BLOCK_S, BLOCK_R):
+            rows = r0 + tl.arange(0, BLOCK_R)
+            cand = _candidates(upper_ptr, rows, N, low)
+            if tl.sum(cand.to(tl.int32)) > 0:
+                w = tl.load(
+                    w_ptr + rows.to(tl.int64)[:, None] * K + offs_k[None, :],
+                    mask=cand[:, None] & k_mask[None, :],
+                    other=0.0,
+                )
+                y = _round(tl.sum(w.to(tl.float32) * x[None, :], axis=1) * rstd, DT)
+                y = tl.where(cand, y, float("-inf"))
+                best = tl.maximum(best, _argmax_key(y[None, :], r0))
+    last = _publish_argmax(
+        best, offs_t, offs_t < 1, key_ptr, count_ptr, argmax_ptr, tokens_ptr, pos_ptr, 1, CHAIN,
+        ON_GPU,
+    )  # fmt: skip
+    if last:
+        tl.store(low_ptr + offs_t, tl.full((1,), _MIN_KEY32, tl.int32))
