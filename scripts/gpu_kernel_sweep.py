@@ -288,8 +288,12 @@ def main() -> int:
             result["tune_step"] = (
                 tune_step(fx, smoke, reps=5)
                 if on_cpu()
-                else tune_step(fx, SPACES[args.space], reps=200,
-                               kernels="triton-screen" if args.space == "screen" else "triton")
+                else tune_step(
+                    fx,
+                    SPACES[args.space],
+                    reps=200,
+                    kernels="triton-screen" if args.space == "screen" else "triton",
+                )
             )
             (args.out / "best.json").write_text(
                 json.dumps(result["tune_step"]["configs"], indent=1)

@@ -178,7 +178,8 @@ SCREEN_SPACE: list[tuple[str, str, list]] = [
         "lm_screen",
         "config",
         [
-            dict(block_n=16, block_k=256, num_warps=2, tma=True),
+            dict(block_n=32, block_k=256, num_warps=4, tma=True),
+            dict(block_n=16, block_k=256, num_warps=4, tma=True),
             dict(block_n=64, block_k=256, num_warps=4, tma=True),
             dict(block_n=32, block_k=256, num_warps=8, tma=True),
             dict(block_n=32, block_k=128, num_warps=2, tma=True),
@@ -187,11 +188,7 @@ SCREEN_SPACE: list[tuple[str, str, list]] = [
             dict(block_n=16, block_k=512, num_warps=4),
         ],
     ),
-    ("lm_screen", "l2_prefetch", [0.0625, 0.125]),
-    # and the attention's tiles once more: longer tiles read before the wait, fewer splits
-    ("attn", "block_l", [64]),
-    ("attn", "splits", [16, 8]),
-    ("attn", "num_warps", [8]),
+    ("lm_screen", "l2_prefetch", [0.0625]),
 ]
 SPACES = {
     "screen": SCREEN_SPACE,

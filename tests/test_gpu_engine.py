@@ -161,3 +161,26 @@ async def test_compiled_graph_step_runs(gpu_model: Path) -> None:
         await e.stop()
     assert stats.completion_tokens == 32
     assert stats.finish_reason == "length"
+
+
+async def test_triton_engine_screened_head_gives_the_full_heads_tokens(gpu_model: Path) -> None:
+    """Triton kernels, bf16: greedy bursts through the head's int8 screen (the default)
+    give the tokens the full bf16 head gives, 96 of them; seeded sampling, which takes the
+    full head's logits, repeats itself."""
+    prompt = "class A:\n    def f(self):\n"
+    texts = []
+    for screen in (True, False):
+        e = TorchEngine(_profile(gpu_model, dtype="bfloat16", kernels="triton", screen_head=screen))
+        await e.start()
+        try:
+            assert (e.runner.weights.head_screen is not None) == screen
+            text, stats = await _gen(e, prompt, 96, ignore_eos=True)
+            assert stats.completion_tokens == 96
+            texts.append(text)
+            if screen:
+                a, _ = await _gen(e, "for", 30, temperature=0.9, seed=5, ignore_eos=True)
+                b, _ = await _gen(e, "for", 30, temperature=0.9, seed=5, ignore_eos=True)
+                assert a == b
+        finally:
+            await e.stop()
+    assert texts[0] == texts[1]

@@ -33,7 +33,7 @@ from ling_local.engines.triton_common import (
     _rstd,
     _w_tile,
 )
-from ling_local.engines.triton_screen import _screen_epilogue
+from ling_local.engines.triton_screen import _screen_epilogue, _u8_as_f32
 
 
 @triton.jit
@@ -89,7 +89,7 @@ def _gemv_kernel(
     for the next layer, and CTA 0 zeroes that kernel's N_COUNT barrier counters
     (count[32 * i]).
     SCREEN (T = 1, NORM; the output head's int8 screen, `triton_screen`): w is the int8
-    copy of the head, scale / slack its per-row constants; the epilogue stores each row's
+    copy of the head (stored + 128 as uint8), scale / slack its per-row constants; the epilogue stores each row's
     upper bound into out (fp32) and folds the largest lower bound into key (int32, one
     atomic max a CTA) instead of rounding."""
     DT: tl.constexpr = out_ptr.dtype.element_ty
@@ -138,6 +138,8 @@ def _gemv_kernel(
             offs_k = k0 + tl.arange(0, BLOCK_K)
             x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < k_end, K)
             w = w_desc.load([pid_n * BLOCK_N, k0])
+            if SCREEN:
+                w = _u8_as_f32(w, ON_GPU)
             acc, acc_dot = _accumulate(acc, acc_dot, x, w, USE_DOT, DT, ON_GPU)
             if NORM and not USE_DOT:
                 ss += x * x
@@ -151,6 +153,8 @@ def _gemv_kernel(
                 w_next = _w_tile(w_rows, offs_k + BLOCK_K, n_mask, k_end)
             else:
                 w = _w_tile(w_rows, offs_k, n_mask, k_end)
+            if SCREEN:
+                w = _u8_as_f32(w, ON_GPU)
             acc, acc_dot = _accumulate(acc, acc_dot, x, w, USE_DOT, DT, ON_GPU)
             if NORM and not USE_DOT:
                 ss += x * x

@@ -9,7 +9,8 @@ error's norm ||w_n - scale_n q_n|| plus an allowance for fp32 summation, so by
 Cauchy-Schwarz |logit_n - screened_n| <= ||x|| slack_n for the normalised input x, whatever
 x is. Two launches:
 
-1. `_gemv_kernel` with SCREEN streams the int8 rows; its epilogue (`_screen_epilogue`)
+1. `_gemv_kernel` with SCREEN streams the int8 rows (stored + 128 as uint8, turned into
+   fp32 by byte permutes, `_u8_as_f32`); its epilogue (`_screen_epilogue`)
    stores each row's upper bound and folds the largest lower bound L into one int32 key.
 2. `_pick_kernel`: each CTA reads its slice of the upper bounds; a row whose upper bound
    cannot reach L, less a bf16 rounding step, cannot be the argmax of the rounded logits,
@@ -43,6 +44,29 @@ _BOUND_GROWTH = tl.constexpr(1.0 + 2.0**-10)  # the bound's own fp32 rounding, g
 _VALUE_SLACK = tl.constexpr(2.0**-20)  # rstd, scale and the sum's last roundings, relative
 _ROUNDING = tl.constexpr(2.0**-6)  # >= two bf16 steps at the logit's magnitude
 _TINY = tl.constexpr(2.0**-126)
+
+
+# Four bytes u of a register to four fp32 values u - 128 without int-to-float conversions
+# (a quarter of the FMA rate on Hopper, which made the screen ALU-bound): each byte goes into
+# the low mantissa of 2^23 (prmt), and one subtraction takes 2^23 + 128 away, exactly.
+_U8_ASM = tl.constexpr(
+    "{ .reg .b32 hi; mov.b32 hi, 0x4B000000; "
+    "prmt.b32 $0, $4, hi, 0x7650; prmt.b32 $1, $4, hi, 0x7651; "
+    "prmt.b32 $2, $4, hi, 0x7652; prmt.b32 $3, $4, hi, 0x7653; "
+    "sub.f32 $0, $0, 0f4B000080; sub.f32 $1, $1, 0f4B000080; "
+    "sub.f32 $2, $2, 0f4B000080; sub.f32 $3, $3, 0f4B000080; }"
+)
+
+
+@triton.jit
+def _u8_as_f32(w, ON_GPU: tl.constexpr):
+    """The screen's weight tile (uint8, the int8 value + 128) as its int8 values in fp32."""
+    if ON_GPU:
+        return tl.inline_asm_elementwise(
+            _U8_ASM, "=r,=r,=r,=r,r", [w], dtype=tl.float32, is_pure=True, pack=4
+        )
+    else:
+        return w.to(tl.int32).to(tl.float32) - 128.0
 
 
 @triton.jit

@@ -156,8 +156,9 @@ CONFIGS: dict[str, GemvConfig] = {
     # docs/bench/kernel_sweep_final_h200_run1.json). The other kernels kept register loads:
     # with TMA they were faster alone but slower inside the PDL-overlapped step.
     "lm_head": GemvConfig(block_n=32, block_k=128, num_warps=2, num_stages=3, tma=True),
-    # The greedy head's int8 screen (`triton_screen`): the same 256-byte row tiles.
-    "lm_screen": GemvConfig(block_n=32, block_k=256, num_warps=4, num_stages=3, tma=True),
+    # The greedy head's int8 screen (`triton_screen`), 8016 CTAs of 16 rows: 256-byte row
+    # tiles through TMA as the head's (docs/bench/screen_tune_h200_run1.json).
+    "lm_screen": GemvConfig(block_n=16, block_k=256, num_warps=2, num_stages=3, tma=True),
 }
 ATTN = {"attn": AttnConfig(splits=32, block_l=32, num_warps=4, fused_reduce=True)}
 VERIFY_CONFIGS: dict[str, GemvConfig] = {
@@ -195,8 +196,9 @@ def fold_norms(w) -> None:
 
 @dataclass(frozen=True, slots=True)
 class ScreenHead:
-    """The output head's int8 screen (`triton_screen`): q [V, K] int8 with per-row scales
-    (w ~ scale * q), and per row `slack` >= ||w - scale * q|| + 2^-11 ||w||, the most the
+    """The output head's int8 screen (`triton_screen`): q [V, K], the int8 values + 128 as
+    uint8 (what the kernel's byte permutes take), with per-row scales (w ~ scale * (q -
+    128)), and per row `slack` >= ||w - scale * q|| + 2^-11 ||w||, the most the
     quantisation and fp32 summation can move a logit per unit of input norm."""
 
     q: torch.Tensor
@@ -213,7 +215,7 @@ def screen_head(w, rows: int = 8192) -> ScreenHead:
         return w.head_screen
     head = w.lm_head
     n = head.shape[0]
-    q = torch.empty(head.shape, dtype=torch.int8, device=head.device)
+    q = torch.empty(head.shape, dtype=torch.uint8, device=head.device)
     scale = torch.empty(n, dtype=torch.float32, device=head.device)
     slack = torch.empty(n, dtype=torch.float32, device=head.device)
     for i in range(0, n, rows):
@@ -223,7 +225,7 @@ def screen_head(w, rows: int = 8192) -> ScreenHead:
         qi = torch.round(block / s32.double()[:, None]).clamp_(-127, 127)
         err = (block - qi * s32.double()[:, None]).norm(dim=1)
         bound = err + block.norm(dim=1) * 2.0**-11
-        q[i : i + rows] = qi.to(torch.int8)
+        q[i : i + rows] = (qi + 128).to(torch.uint8)
         scale[i : i + rows] = s32
         # fp64 -> fp32 rounded up, so the stored bound is still a bound
         b32 = bound.float()
