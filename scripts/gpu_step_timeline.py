@@ -3,8 +3,8 @@
 With programmatic dependent launch the step's kernels overlap, so a kernel's own duration
 says little. From torch.profiler's CUPTI records of a few replays of the T = 1 step (the
 random Llama-3.2-1B-shaped model of `bench engine`, 512-token context) this takes, per kind
-of kernel (embedding, the layer's qkv / attention / o / gate_up / down, the head), the
-median over layers and replays of:
+of kernel (embedding, the layer's qkv / attention / o / gate_up / down, the head; with
+--screen the head's int8 screen and its pick), the median over layers and replays of:
 
 * `dur`: its start to its end (including the time it waits for its predecessor);
 * `adds`: its end minus the previous kernel's end, its share of the step's critical path;
@@ -45,13 +45,15 @@ def main() -> int:
     cli = argparse.ArgumentParser()
     cli.add_argument("--out", type=Path, default=Path("/tmp"))
     cli.add_argument("--replays", type=int, default=10)
+    cli.add_argument("--screen", action="store_true", help="the greedy head's int8 screen")
     args = cli.parse_args()
     from torch.profiler import ProfilerActivity, profile
 
     from ling_local.engines.cuda_graphs import GraphStep
 
     fx = Fixture()
-    step = GraphStep(fx.w, fx.slot, 1, MAX_LEN, kernels="triton")
+    step = GraphStep(fx.w, fx.slot, 1, MAX_LEN, kernels="triton", screen=args.screen)
+    head = ["lm_screen", "pick"] if args.screen else ["lm_head"]
     start = len(fx.prompt)
     step.load(fx.prompt[-1:], start)
     for _ in range(5):
@@ -76,9 +78,9 @@ def main() -> int:
     stats: dict[str, dict[str, list[float]]] = {}
     steps_us = []
     for rep in replays:
-        if len(rep) != 2 + len(per_layer) * n_layers:
+        if len(rep) != 1 + len(head) + len(per_layer) * n_layers:
             continue
-        roles = ["embed", *per_layer * n_layers, "lm_head"]
+        roles = ["embed", *per_layer * n_layers, *head]
         steps_us.append(rep[-1].time_range.end - rep[0].time_range.start)
         for i, (ev, role) in enumerate(zip(rep, roles, strict=True)):
             s = stats.setdefault(role, {"dur": [], "adds": [], "early": []})

@@ -188,6 +188,16 @@ SCREEN_SPACE: list[tuple[str, str, list]] = [
             dict(block_n=16, block_k=512, num_warps=4),
         ],
     ),
+    ("lm_screen", "num_stages", [4, 6]),
+    (
+        "lm_screen",
+        "config",
+        [
+            dict(block_n=16, block_k=256, num_warps=2, num_stages=4, tma=True),
+            dict(block_n=64, block_k=128, num_warps=4, tma=True),
+            dict(block_n=64, block_k=128, num_warps=4, num_stages=5, tma=True),
+        ],
+    ),
     ("lm_screen", "l2_prefetch", [0.0625]),
 ]
 SPACES = {

@@ -156,9 +156,9 @@ CONFIGS: dict[str, GemvConfig] = {
     # docs/bench/kernel_sweep_final_h200_run1.json). The other kernels kept register loads:
     # with TMA they were faster alone but slower inside the PDL-overlapped step.
     "lm_head": GemvConfig(block_n=32, block_k=128, num_warps=2, num_stages=3, tma=True),
-    # The greedy head's int8 screen (`triton_screen`), 8016 CTAs of 16 rows: 256-byte row
-    # tiles through TMA as the head's (docs/bench/screen_tune_h200_run1.json).
-    "lm_screen": GemvConfig(block_n=16, block_k=256, num_warps=2, num_stages=3, tma=True),
+    # The greedy head's int8 screen (`triton_screen`), 4008 CTAs of 32 rows through TMA
+    # (docs/bench/screen_tune_h200_run2.json).
+    "lm_screen": GemvConfig(block_n=32, block_k=128, num_warps=2, num_stages=3, tma=True),
 }
 ATTN = {"attn": AttnConfig(splits=32, block_l=32, num_warps=4, fused_reduce=True)}
 VERIFY_CONFIGS: dict[str, GemvConfig] = {
