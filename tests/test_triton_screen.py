@@ -48,7 +48,7 @@ def _both(tk, x, w, banned=None) -> list[int]:
     return [int(exact), int(screened)]
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(4))
 def test_screened_argmax_is_the_exact_heads(tk, small_tiles, seed: int) -> None:
     torch.manual_seed(seed)
     x, w = _randn(1, K), _randn(V, K, scale=0.05)

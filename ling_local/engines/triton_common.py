@@ -252,13 +252,17 @@ def _unordered(key):
 
 
 @triton.jit
+def _key(value, index):
+    """A 64-bit argmax key: order-preserving bits of the value, then the complement of the
+    index, so the largest key is the largest value at its first index (torch.argmax's tie
+    rule)."""
+    return (_ordered(value).to(tl.int64) << 32) + (0x7FFFFFFF - index).to(tl.int64)
+
+
+@triton.jit
 def _argmax_key(y, n_start):
-    """Per token row of y [T, BLOCK] (columns n_start ..): a 64-bit key of its best column,
-    order-preserving bits of the value, then the complement of the index, so the largest
-    key is the largest value at its first index (torch.argmax's tie rule)."""
-    best = tl.max(y, axis=1)
-    index = n_start + tl.argmax(y, axis=1)
-    return (_ordered(best).to(tl.int64) << 32) + (0x7FFFFFFF - index).to(tl.int64)
+    """Per token row of y [T, BLOCK] (columns n_start ..): the `_key` of its best column."""
+    return _key(tl.max(y, axis=1), n_start + tl.argmax(y, axis=1))
 
 
 @triton.jit

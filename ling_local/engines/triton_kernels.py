@@ -192,11 +192,11 @@ def lm_head_screened(
         screen.scale, screen.slack, t, n, k, eps, l2_bytes, NORM=True, RESIDUAL=False,
         ADD_ACC=False, SPLIT_K=1, ARGMAX=False, CHAIN=False, SCREEN=True, **kw,
     )  # fmt: skip
-    block_s = 256
+    block_s = _pow2(triton.cdiv(n, 64))  # ~64 CTAs: 2048 rows each for a 128K vocab
     _pick_kernel[(triton.cdiv(n, block_s),)](
         x, weight, upper, low, keys, count, argmax, tokens if chain else argmax,
-        pos if chain else argmax, n, k, eps, BLOCK_S=block_s, BLOCK_R=8, BLOCK_K=_pow2(k),
-        CHAIN=chain, ON_GPU=_on_gpu(x), num_warps=4, **_launch(x),
+        pos if chain else argmax, n, k, eps, BLOCK_S=block_s, BLOCK_K=_pow2(k), CHAIN=chain,
+        ON_GPU=_on_gpu(x), num_warps=4, **_launch(x),
     )  # fmt: skip
     return None, argmax
 

@@ -12,10 +12,10 @@ x is. Two launches:
 1. `_gemv_kernel` with SCREEN streams the int8 rows (stored + 128 as uint8, turned into
    fp32 by byte permutes, `_u8_as_f32`); its epilogue (`_screen_epilogue`)
    stores each row's upper bound and folds the largest lower bound L into one int32 key.
-2. `_pick_kernel`: each CTA reads its slice of the upper bounds; a row whose upper bound
-   cannot reach L, less a bf16 rounding step, cannot be the argmax of the rounded logits,
-   and is skipped. The few rows left (tens for random weights) get their exact logit from
-   their bf16 row, rounded as the exact head rounds, and the argmax over them, first index
+2. `_pick_kernel`: each of about 64 CTAs reads its slice of the upper bounds; a row whose
+   upper bound cannot reach L, less a bf16 rounding step, cannot be the argmax of the
+   rounded logits, and is skipped. The few rows left (3 for random weights, measured) get
+   their exact logit from their bf16 row, rounded as the exact head rounds, and the argmax over them, first index
    on ties, is the exact head's argmax (`triton_common._publish_argmax` takes it across
    CTAs and chains the next step, as the exact head's epilogue does).
 
@@ -31,7 +31,7 @@ import triton.language as tl
 from ling_local.engines.triton_common import (
     _MIN_KEY,
     _MIN_KEY32,
-    _argmax_key,
+    _key,
     _ordered,
     _pdl_start,
     _pdl_wait,
@@ -100,38 +100,35 @@ def _candidates(upper_ptr, rows, N, low):
 def _pick_kernel(
     x_ptr, w_ptr, upper_ptr, low_ptr, key_ptr, count_ptr, argmax_ptr, tokens_ptr, pos_ptr,
     N, K, eps,
-    BLOCK_S: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_S: tl.constexpr, BLOCK_K: tl.constexpr,
     CHAIN: tl.constexpr, USE_PDL: tl.constexpr, ON_GPU: tl.constexpr,
 ):  # fmt: skip
-    """Rows pid * BLOCK_S .. + BLOCK_S of the pick (module doc): the exact logits of the
-    screen's candidates, BLOCK_R rows at a time (a whole bf16 row, BLOCK_K >= K, per
-    candidate; rows ruled out are not read), the best of them published across CTAs. The
-    last CTA also resets the screen's lower-bound key for the next launch."""
+    """Rows pid * BLOCK_S .. + BLOCK_S of the pick (module doc): the exact logit of each of
+    the screen's candidates there, first to last (a whole bf16 row each, BLOCK_K >= K; rows
+    ruled out are not read), the best of them published across CTAs. Few CTAs with long
+    slices: their tickets, which all arrive at once, are what the pick's time is made of.
+    The last CTA also resets the screen's lower-bound key for the next launch."""
     DT: tl.constexpr = w_ptr.dtype.element_ty
     _pdl_start(USE_PDL)
     _pdl_wait(USE_PDL)
     offs_t = tl.arange(0, 1)
-    low_key = tl.load(low_ptr + offs_t, cache_modifier=".cg")
-    low = tl.max(_unordered(low_key), axis=0)
-    start = tl.program_id(0) * BLOCK_S
+    low = tl.max(_unordered(tl.load(low_ptr + offs_t, cache_modifier=".cg")), axis=0)
+    rows = tl.program_id(0) * BLOCK_S + tl.arange(0, BLOCK_S)
+    cand = _candidates(upper_ptr, rows, N, low)
+    left = tl.sum(cand.to(tl.int32), axis=0)
     best = tl.full((1,), _MIN_KEY, tl.int64)
-    if tl.sum(_candidates(upper_ptr, start + tl.arange(0, BLOCK_S), N, low).to(tl.int32)) > 0:
+    if left > 0:
         offs_k = tl.arange(0, BLOCK_K)
         k_mask = offs_k < K
         x = tl.load(x_ptr + offs_k, mask=k_mask, other=0.0).to(tl.float32)
         rstd = tl.rsqrt(tl.sum(x * x, axis=0) / K + eps)
-        for r0 in range(start, start + BLOCK_S, BLOCK_R):
-            rows = r0 + tl.arange(0, BLOCK_R)
-            cand = _candidates(upper_ptr, rows, N, low)
-            if tl.sum(cand.to(tl.int32)) > 0:
-                w = tl.load(
-                    w_ptr + rows.to(tl.int64)[:, None] * K + offs_k[None, :],
-                    mask=cand[:, None] & k_mask[None, :],
-                    other=0.0,
-                )
-                y = _round(tl.sum(w.to(tl.float32) * x[None, :], axis=1) * rstd, DT)
-                y = tl.where(cand, y, float("-inf"))
-                best = tl.maximum(best, _argmax_key(y[None, :], r0))
+        while left > 0:
+            row = tl.min(tl.where(cand, rows, 2**31 - 1), axis=0)
+            w = tl.load(w_ptr + row.to(tl.int64) * K + offs_k, mask=k_mask, other=0.0)
+            y = _round(tl.sum(w.to(tl.float32) * x, axis=0) * rstd, DT)
+            best = tl.maximum(best, _key(y, row))
+            cand = cand & (rows != row)
+            left -= 1
     last = _publish_argmax(
         best, offs_t, offs_t < 1, key_ptr, count_ptr, argmax_ptr, tokens_ptr, pos_ptr, 1, CHAIN,
         ON_GPU,

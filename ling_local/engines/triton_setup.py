@@ -157,8 +157,8 @@ CONFIGS: dict[str, GemvConfig] = {
     # with TMA they were faster alone but slower inside the PDL-overlapped step.
     "lm_head": GemvConfig(block_n=32, block_k=128, num_warps=2, num_stages=3, tma=True),
     # The greedy head's int8 screen (`triton_screen`), 4008 CTAs of 32 rows through TMA
-    # (docs/bench/screen_tune_h200_run2.json).
-    "lm_screen": GemvConfig(block_n=32, block_k=128, num_warps=2, num_stages=3, tma=True),
+    # (docs/bench/screen_tune_h200_run{2,3}.json).
+    "lm_screen": GemvConfig(block_n=32, block_k=128, num_warps=2, num_stages=4, tma=True),
 }
 ATTN = {"attn": AttnConfig(splits=32, block_l=32, num_warps=4, fused_reduce=True)}
 VERIFY_CONFIGS: dict[str, GemvConfig] = {
