@@ -5,19 +5,20 @@ The head is most of a small model's bytes per token (Llama-3.2-1B: 525 of 2,471 
 greedy step needs only its argmax. The int8 copy (per-row absmax scales, built once by
 `triton_setup.screen_head`) halves what the head reads. Each row n also keeps `slack`, an
 upper bound on what its quantisation can move a logit per unit of input norm: the rounding
-error's norm ||w_n - scale_n q_n|| plus an allowance for fp32 summation, so by
-Cauchy-Schwarz |logit_n - screened_n| <= ||x|| slack_n for the normalised input x, whatever
-x is. Two launches:
+error's norm ||w_n - scale_n q_n|| plus an allowance for fp32 summation (the worst case of a
+K-term dot product, twice), so by Cauchy-Schwarz |logit_n - screened_n| <= ||x|| slack_n
+for the normalised input x, whatever x is. Two launches:
 
 1. `_gemv_kernel` with SCREEN streams the int8 rows (stored + 128 as uint8, turned into
-   fp32 by byte permutes, `_u8_as_f32`); its epilogue (`_screen_epilogue`)
-   stores each row's upper bound and folds the largest lower bound L into one int32 key.
+   fp32 by byte permutes, `_u8_as_f32`); its epilogue (`_screen_epilogue`) stores each
+   row's upper bound and folds the largest lower bound L into one int32 key.
 2. `_pick_kernel`: each of about 64 CTAs reads its slice of the upper bounds; a row whose
-   upper bound cannot reach L, less a bf16 rounding step, cannot be the argmax of the
+   upper bound cannot reach L, less two bf16 rounding steps, cannot be the argmax of the
    rounded logits, and is skipped. The few rows left (3 for random weights, measured) get
-   their exact logit from their bf16 row, rounded as the exact head rounds, and the argmax over them, first index
-   on ties, is the exact head's argmax (`triton_common._publish_argmax` takes it across
-   CTAs and chains the next step, as the exact head's epilogue does).
+   their exact logit from their bf16 row, rounded as the exact head rounds, and the argmax
+   over them, first index on ties, is the exact head's argmax
+   (`triton_common._publish_argmax` takes it across CTAs and chains the next step, as the
+   exact head's epilogue does).
 
 Nothing is approximate in the result: a row the screen cannot rule out is recomputed, so a
 flat distribution only makes the pick slower. The logits themselves are not produced:

@@ -198,8 +198,10 @@ def fold_norms(w) -> None:
 class ScreenHead:
     """The output head's int8 screen (`triton_screen`): q [V, K], the int8 values + 128 as
     uint8 (what the kernel's byte permutes take), with per-row scales (w ~ scale * (q -
-    128)), and per row `slack` >= ||w - scale * q|| + 2^-11 ||w||, the most the
-    quantisation and fp32 summation can move a logit per unit of input norm."""
+    128)), and per row `slack` >= ||w - scale * (q - 128)|| + (4K + 64) 2^-24 ||w||, the
+    most the quantisation and fp32 summation (twice the worst case of a K-term fp32 dot
+    product, for the screen's and the exact recompute's) can move a logit per unit of
+    input norm."""
 
     q: torch.Tensor
     scale: torch.Tensor
@@ -224,7 +226,7 @@ def screen_head(w, rows: int = 8192) -> ScreenHead:
         s32 = s.float()
         qi = torch.round(block / s32.double()[:, None]).clamp_(-127, 127)
         err = (block - qi * s32.double()[:, None]).norm(dim=1)
-        bound = err + block.norm(dim=1) * 2.0**-11
+        bound = err + block.norm(dim=1) * (4 * head.shape[1] + 64) * 2.0**-24
         q[i : i + rows] = (qi + 128).to(torch.uint8)
         scale[i : i + rows] = s32
         # fp64 -> fp32 rounded up, so the stored bound is still a bound
