@@ -1,8 +1,9 @@
 """Device helpers every kernel of the Triton decode step shares (`triton_jit` and
 `triton_paired`'s GEMVs, `triton_attn`'s attention): programmatic dependent launch, the L2
 bulk prefetch, the CTA ticket, the counter barrier, rounding to the model dtype, the
-tensor-core product, the GEMV loop's pieces, and the QKV epilogue's RoPE rows, rotation and
-q / k / v stores.
+tensor-core product, the GEMV loop's pieces, the QKV epilogue's RoPE rows, rotation and
+q / k / v stores, and the argmax across CTAs (order-preserving keys, one atomic max each,
+the last CTA's decode) that the output head and the screen's pick share.
 Imports triton: import it only when `engine.kernels = "triton"` asks for it.
 
 Every kernel takes `USE_PDL`: launched with programmatic dependent launch (Hopper and

@@ -1,7 +1,8 @@
 """The Triton kernels of the GPU decode step's GEMVs (device code only): the plain GEMV with
-its residual, split-K and argmax epilogues (O, down, the output head) and the split-K
-reduce; the paired GEMV of QKV and gate/up is in `triton_paired`, the shared helpers in
-`triton_common`, the attention in `triton_attn`. Their launchers and the step function are
+its residual, split-K, argmax and screen epilogues (O, down, the output head, the head's
+int8 screen) and the split-K reduce; the paired GEMV of QKV and gate/up is in
+`triton_paired`, the shared helpers in `triton_common`, the attention in `triton_attn`, the
+screen's epilogue and pick in `triton_screen`. Their launchers and the step function are
 in `triton_kernels`, which documents the design. Imports triton: import it only
 when `engine.kernels = "triton"` asks for it.
 

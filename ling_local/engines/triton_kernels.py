@@ -351,6 +351,7 @@ def triton_step(
 
 
 def _head(x, w, scratch, tokens, pos, chain, screen):
+    """The step's output head: the screened argmax (`screen`) or the full head's."""
     tokens, pos = (tokens, pos) if chain else (None, None)
     if screen is not None:
         return lm_head_screened(x, screen, w.lm_head, w.eps, scratch, tokens, pos)
