@@ -39,6 +39,9 @@ def test_cpu_smoke_run(tmp_path: Path) -> None:
     agreement = result["agreement"]
     assert agreement["argmax_equal"] == agreement["steps"]
     assert agreement["logits_rel_err_max"] < 0.03
+    steps = agreement["steps"]  # the greedy head's int8 screen: the full head's argmax
+    assert agreement["screened_argmax_equal_full_head"] == f"{steps}/{steps}"
+    assert "triton, screen_head" in result["step_ms"]
     tune = result["tune_step"]
     assert isinstance(tune, dict), tune  # a traceback string when it failed
     tried = [t for t in tune["trail"] if "kernel" in t]
