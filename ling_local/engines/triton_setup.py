@@ -208,15 +208,17 @@ class ScreenHead:
     slack: torch.Tensor
 
 
-def screen_head(w, rows: int = 8192) -> ScreenHead:
+def screen_head(w) -> ScreenHead:
     """The screen of `w.lm_head` (the norm folded in: call after `fold_norms`), built on
-    the head's device in blocks of `rows` and kept on the weights (`w.head_screen`)."""
+    the head's device in fp64 blocks of 2^24 elements and kept on the weights
+    (`w.head_screen`)."""
     if not w.norms_folded:
         raise ValueError("the head's screen takes folded norms (fold_norms first)")
     if w.head_screen is not None:
         return w.head_screen
     head = w.lm_head
     n = head.shape[0]
+    rows = max(1, 2**24 // head.shape[1])
     q = torch.empty(head.shape, dtype=torch.uint8, device=head.device)
     scale = torch.empty(n, dtype=torch.float32, device=head.device)
     slack = torch.empty(n, dtype=torch.float32, device=head.device)
@@ -231,7 +233,8 @@ def screen_head(w, rows: int = 8192) -> ScreenHead:
         scale[i : i + rows] = s32
         # fp64 -> fp32 rounded up, so the stored bound is still a bound
         b32 = bound.float()
-        slack[i : i + rows] = torch.where(b32.double() < bound, torch.nextafter(b32, b32 + 1), b32)
+        up = torch.nextafter(b32, torch.full_like(b32, float("inf")))
+        slack[i : i + rows] = torch.where(b32.double() < bound, up, b32)
     w.head_screen = ScreenHead(q, scale, slack)
     return w.head_screen
 
