@@ -117,7 +117,8 @@ def _prepare(
 @dataclass(eq=False)
 class Scratch:
     """Buffers the kernels of one captured step keep between launches: the attention's
-    partials and counters, the head's argmax keys and counter, the banned-token mask. The
+    partials and counters, the head's argmax keys and counter, the screened head's upper
+    bounds, lower-bound key and its pick's keys and counter, the banned-token mask. The
     counters and keys are reset by the kernels that use them, so a graph replays as is."""
 
     device: torch.device
