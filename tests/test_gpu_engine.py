@@ -165,15 +165,22 @@ async def test_compiled_graph_step_runs(gpu_model: Path) -> None:
 
 async def test_triton_engine_screened_head_gives_the_full_heads_tokens(gpu_model: Path) -> None:
     """Triton kernels, bf16: greedy bursts through the head's int8 screen (the default)
-    give the tokens the full bf16 head gives, 96 of them; seeded sampling, which takes the
-    full head's logits, repeats itself."""
+    give the tokens the full bf16 head gives, 96 of them, whether the tokens come through
+    the mapped host ring (the default; also 4 steps a replay) or a copy a step; seeded
+    sampling, which takes the full head's logits, repeats itself."""
     prompt = "class A:\n    def f(self):\n"
     texts = []
-    for screen in (True, False):
-        e = TorchEngine(_profile(gpu_model, dtype="bfloat16", kernels="triton", screen_head=screen))
+    for cfg in (
+        {"screen_head": True, "graph_steps": 4},
+        {"screen_head": True},
+        {"screen_head": False, "token_ring": False},
+    ):
+        screen = cfg["screen_head"]
+        e = TorchEngine(_profile(gpu_model, dtype="bfloat16", kernels="triton", **cfg))
         await e.start()
         try:
             assert (e.runner.weights.head_screen is not None) == screen
+            assert (e.decoder._ring is not None) == cfg.get("token_ring", True)
             text, stats = await _gen(e, prompt, 96, ignore_eos=True)
             assert stats.completion_tokens == 96
             texts.append(text)
@@ -183,4 +190,4 @@ async def test_triton_engine_screened_head_gives_the_full_heads_tokens(gpu_model
                 assert a == b
         finally:
             await e.stop()
-    assert texts[0] == texts[1]
+    assert texts[0] == texts[1] == texts[2]

@@ -21,8 +21,11 @@ __all__ = ["PREFILL_CHUNK", "Decoder"]
 
 #: Prompt tokens fed per forward pass; bounds how long a higher-priority request waits.
 PREFILL_CHUNK = 512
-#: Steps the host queues ahead of the token it reads back (GPU graph decode).
+#: Steps the host queues ahead of the token it reads back (GPU graph decode, one step a
+#: replay); replays of several steps queue one ahead.
 LAG = 2
+#: Tokens in the ring a chaining Triton step writes into host memory (`token_ring`).
+RING = 64
 
 
 class _NoEvent:
@@ -47,6 +50,8 @@ class Decoder:
         compile_graphs: bool = False,
         kernels: str = "torch",
         screen_head: bool = True,
+        token_ring: bool = True,
+        graph_steps: int = 1,
         banned_token_ids: tuple[int, ...] = (),
         threads: tuple[int, int] | None = None,
     ) -> None:
@@ -63,12 +68,18 @@ class Decoder:
         """The graph steps' kernels: "torch" or "triton" (`engine.kernels`)."""
         self.screen_head = screen_head
         """Greedy Triton decode steps take the head's exact int8 screen (`engine.screen_head`)."""
+        self.graph_steps = graph_steps
+        """Greedy decode steps a replay with the token ring (`engine.graph_steps`)."""
         self.graphs = isinstance(runner, LlamaRunner) and runner.use_graphs
         self.can_verify = isinstance(runner, LlamaRunner)
+        self._ring = None
         if self.graphs:
             on_gpu = runner.device.type == "cuda"
             self._host = [torch.empty(1, dtype=torch.long, pin_memory=on_gpu) for _ in range(8)]
             self._events = [torch.cuda.Event() if on_gpu else _NoEvent() for _ in range(8)]
+            if token_ring and kernels == "triton":
+                self._ring = torch.full((RING,), -1, dtype=torch.long, pin_memory=on_gpu)
+                self._ring_view = self._ring.numpy()  # the same memory, cheap to index
 
     # ------------------------------------------------------------------ slots
     def begin(self, gen: Generation) -> None:
@@ -153,13 +164,17 @@ class Decoder:
         return gen.on_token(int(sample(self._mask(logits), *gen.sample_args())))
 
     # ------------------------------------------------------------------ GPU burst
-    def _graph(self, slot: Any, t: int, greedy: bool = False) -> Any:
+    def _graph(self, slot: Any, t: int, greedy: bool = False, steps: int = 1) -> Any:
         """The slot's captured T-token step; for a greedy decode (T = 1) with the Triton
-        kernels and `screen_head`, the one whose head is the exact int8 screen."""
+        kernels, the one whose head is the exact int8 screen (`screen_head`) and whose
+        tokens go to the host ring (`token_ring`), `steps` decode steps a replay."""
         from ling_local.engines.cuda_graphs import GraphStep
 
-        screen = greedy and t == 1 and self.kernels == "triton" and self.screen_head
-        key = (t, screen)
+        decode = greedy and t == 1 and self.kernels == "triton"
+        screen = decode and self.screen_head
+        ring = self._ring if decode else None
+        steps = steps if ring is not None else 1
+        key = (t, screen, ring is not None, steps)
         graphs = slot.cache.graphs
         if key not in graphs:
             graphs[key] = GraphStep(
@@ -171,6 +186,8 @@ class Decoder:
                 self.banned,
                 kernels=self.kernels,
                 screen=screen,
+                ring=ring,
+                steps=steps,
             )
         return graphs[key]
 
@@ -189,35 +206,67 @@ class Decoder:
         greedy = gen.greedy
         step = self._graph(slot, 1, greedy)
         step.load([gen.next_token], start)
+        n = self.graph_steps if step.ring is not None and not until_match else 1
+        # The n-step graph's capture writes the cache's last n rows: only while none is real.
+        multi = (
+            self._graph(slot, 1, greedy, n)
+            if 1 < n <= budget and start <= runner.max_len - n
+            else None
+        )
+        if multi is not None:
+            multi.load([gen.next_token], start)
+        lag = LAG if multi is None else 1
         fed = gen.next_token
-        pending: deque[int] = deque()
+        # (event, first position, steps, tokens in the ring)
+        pending: deque[tuple[int, int, int, bool]] = deque()
         launched = 0
         reason: FinishReason | None = None
         history = gen.history if until_match else None
         while launched < budget and reason is None:
             if launched and (should_yield() or (history is not None and history.propose(1))):
                 break
-            step.replay()
-            out = step.argmax if greedy else sample(step.logits[0], *gen.sample_args()).reshape(1)
-            ring = launched % len(self._host)
-            self._host[ring].copy_(out, non_blocking=True)
-            self._events[ring].record()
-            step.advance(out)
-            pending.append(ring)
-            launched += 1
-            if len(pending) > LAG:
+            now = launched % len(self._events)
+            if multi is not None and budget - launched >= multi.steps:
+                multi.replay()
+                k = multi.steps
+            else:
+                if multi is not None and launched:  # the tail: go on from the n-step graph's
+                    step.tokens.copy_(multi.tokens)
+                    step.pos.copy_(multi.pos)
+                    multi = None
+                step.replay()
+                k = 1
+                if step.ring is None:
+                    out = step.argmax if greedy else sample(step.logits[0], *gen.sample_args())
+                    out = out.reshape(1) if out.dim() == 0 else out
+                    self._host[now].copy_(out, non_blocking=True)
+                    step.advance(out)
+            self._events[now].record()
+            pending.append((now, start + launched, k, step.ring is not None))
+            launched += k
+            if len(pending) > lag:
                 reason, fed = self._consume(gen, pending.popleft(), fed)
         while pending and reason is None:
             reason, fed = self._consume(gen, pending.popleft(), fed)
         slot.cache.length = len(slot.ids)  # steps launched past a finish are dropped
         return reason
 
-    def _consume(self, gen: Generation, ring: int, fed: int) -> tuple[FinishReason | None, int]:
-        self._events[ring].synchronize()
-        token = int(self._host[ring][0])
-        gen.slot.ids.append(fed)
-        gen.decode_steps += 1
-        return gen.on_token(token), token
+    def _consume(
+        self, gen: Generation, done: tuple[int, int, int, bool], fed: int
+    ) -> tuple[FinishReason | None, int]:
+        """The tokens of a replay, once its event completed: from the host ring (the
+        positions' slots) or the replay's copy."""
+        event, first, steps, in_ring = done
+        self._events[event].synchronize()
+        reason = None
+        for p in range(first, first + steps):
+            token = int(self._ring_view[p % RING] if in_ring else self._host[event][0])
+            gen.slot.ids.append(fed)
+            gen.decode_steps += 1
+            reason, fed = gen.on_token(token), token
+            if reason is not None:
+                break
+        return reason, fed
 
     # ------------------------------------------------------------------ speculation
     def _propose(self, gen: Generation) -> list[int]:

@@ -268,12 +268,15 @@ def _argmax_key(y, n_start):
 
 @triton.jit
 def _publish_argmax(key, offs_t, t_mask, key_ptr, count_ptr, argmax_ptr, tokens_ptr, pos_ptr,
-                    T, CHAIN: tl.constexpr, ON_GPU: tl.constexpr):  # fmt: skip
+                    T, CHAIN: tl.constexpr, ON_GPU: tl.constexpr, RING: tl.constexpr = 0):  # fmt: skip
     """Global argmax over all CTAs of the launch from each CTA's `_argmax_key`s [T]: one
     atomic max each (none for a CTA without a candidate, key `_MIN_KEY`); the last CTA
     decodes the keys into argmax [T], resets them and the counter for the next launch, and
     with CHAIN feeds the tokens to the next step itself (tokens = argmax, pos += T):
-    consecutive graph replays need no host op. Returns whether this CTA was the last."""
+    consecutive graph replays need no host op. With RING > 0 (CHAIN) argmax is a ring of
+    RING tokens, the one of position p at [p % RING]: in pinned host memory, mapped, the
+    host reads each token there with no copy between replays. Returns whether this CTA was
+    the last."""
     tl.atomic_max(key_ptr + offs_t, key, mask=t_mask & (key > _MIN_KEY), sem="relaxed",
                   scope="gpu")  # fmt: skip
     last = _ticket(count_ptr, ON_GPU) == tl.num_programs(0) - 1
@@ -285,9 +288,15 @@ def _publish_argmax(key, offs_t, t_mask, key_ptr, count_ptr, argmax_ptr, tokens_
         tl.store(key_ptr + offs_t, _MIN_KEY, mask=t_mask)
         low = final - ((final >> 32) << 32)
         token = 0x7FFFFFFF - low
-        tl.store(argmax_ptr + offs_t, token, mask=t_mask)
         if CHAIN:
+            p = tl.load(pos_ptr)
+            if RING > 0:
+                tl.store(argmax_ptr + (p + offs_t) % RING, token, mask=t_mask)
+            else:
+                tl.store(argmax_ptr + offs_t, token, mask=t_mask)
             tl.store(tokens_ptr + offs_t, token, mask=t_mask)
-            tl.store(pos_ptr, tl.load(pos_ptr) + T)
+            tl.store(pos_ptr, p + T)
+        else:
+            tl.store(argmax_ptr + offs_t, token, mask=t_mask)
         tl.store(count_ptr, 0)
     return last

@@ -77,6 +77,7 @@ def _gemv_kernel(
     ON_GPU: tl.constexpr,
     N_COUNT: tl.constexpr = 0,
     SCREEN: tl.constexpr = False,
+    RING: tl.constexpr = 0,
 ):
     """out[t, n] = (res[t, n] +) round(s[t] * sum_k x[t, k] * w[n, k]); s = 1/rms(x[t]) if
     NORM (w has the norm's weight folded in), else 1. With SPLIT_K > 1 each CTA stores its
@@ -92,7 +93,7 @@ def _gemv_kernel(
     SCREEN (T = 1, NORM; the output head's int8 screen, `triton_screen`): w is the int8
     copy of the head (stored + 128 as uint8), scale / slack its per-row constants; the epilogue stores each row's
     upper bound into out (fp32) and folds the largest lower bound into key (int32, one
-    atomic max a CTA) instead of rounding."""
+    atomic max a CTA) instead of rounding. RING: `_publish_argmax`'s token ring."""
     DT: tl.constexpr = out_ptr.dtype.element_ty
     _pdl_start(USE_PDL)
     pid_n = tl.program_id(0)
@@ -185,7 +186,7 @@ def _gemv_kernel(
         if ARGMAX:
             _publish_argmax(
                 _argmax_key(y, pid_n * BLOCK_N), offs_t, t_mask, key_ptr, count_ptr,
-                argmax_ptr, tokens_ptr, pos_ptr, T, CHAIN, ON_GPU,
+                argmax_ptr, tokens_ptr, pos_ptr, T, CHAIN, ON_GPU, RING,
             )  # fmt: skip
     else:
         tl.store(part_ptr + pid_k * T * N + offs, y, mask=m)

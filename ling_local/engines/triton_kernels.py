@@ -143,24 +143,45 @@ def lm_head_argmax(
     scratch: Scratch,
     tokens: torch.Tensor | None = None,
     pos: torch.Tensor | None = None,
+    ring: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Logits of rmsnorm(x) (the norm folded into `weight`; banned tokens -inf) and their
     argmax [T], in one launch. With `tokens` and `pos` (a decode graph), also
-    tokens = argmax and pos += T."""
+    tokens = argmax and pos += T; with `ring` too (`_token_ring`), the argmax goes to
+    ring[pos % len(ring)] instead (returned as the argmax)."""
     t, k = x.shape
     n = weight.shape[0]
     logits = x.new_empty((t, n))
-    argmax = torch.empty(t, dtype=torch.long, device=x.device)
+    chain = tokens is not None and pos is not None
+    argmax, ring_len = _token_ring(ring, chain, t, x.device)
     keys = scratch.get(f"keys{t}", (t,), torch.long, fill=-(2**63))
     count = scratch.get(f"head_count{t}", (1,), torch.int32, fill=0)
-    chain = tokens is not None and pos is not None
     kw, desc, l2_bytes = _prepare("lm_head", x, weight)
     _gemv_kernel[(triton.cdiv(n, kw["BLOCK_N"]), 1)](
         x, weight, desc, logits, logits, logits, scratch.banned_mask(), keys, count, argmax,
         tokens if chain else argmax, pos if chain else argmax, x, x, x, t, n, k, eps, l2_bytes,
-        NORM=True, RESIDUAL=False, ADD_ACC=False, SPLIT_K=1, ARGMAX=True, CHAIN=chain, **kw,
+        NORM=True, RESIDUAL=False, ADD_ACC=False, SPLIT_K=1, ARGMAX=True, CHAIN=chain,
+        RING=ring_len, **kw,
     )  # fmt: skip
     return logits, argmax
+
+
+def _token_ring(
+    ring: torch.Tensor | None, chain: bool, t: int, device: torch.device
+) -> tuple[torch.Tensor, int]:
+    """Where a head's last CTA stores the argmax, and the ring length (0: a fresh [T]
+    tensor). A ring (a chaining T = 1 step only) is int64 in pinned host memory on a GPU:
+    mapped into the device's address space (UVA), so the kernel writes each token straight
+    to the host, at [position % len]."""
+    if ring is None:
+        return torch.empty(t, dtype=torch.long, device=device), 0
+    if not chain or t != 1:
+        raise ValueError("a token ring takes a chaining one-token step")
+    if ring.dtype != torch.long or ring.dim() != 1:
+        raise ValueError("the token ring is a 1-D int64 tensor")
+    if device.type == "cuda" and not (ring.device.type == "cpu" and ring.is_pinned()):
+        raise ValueError("the token ring of a GPU step lives in pinned host memory")
+    return ring, ring.numel()
 
 
 def lm_head_screened(
@@ -171,10 +192,12 @@ def lm_head_screened(
     scratch: Scratch,
     tokens: torch.Tensor | None = None,
     pos: torch.Tensor | None = None,
+    ring: torch.Tensor | None = None,
 ) -> tuple[None, torch.Tensor]:
     """The argmax [1] of `lm_head_argmax`'s logits for one token, exactly, from the head's
     int8 screen and the bf16 rows it cannot rule out (`triton_screen`), in two launches;
-    no logits (None). With `tokens` and `pos`, also tokens = argmax and pos += 1."""
+    no logits (None). With `tokens` and `pos`, also tokens = argmax and pos += 1; `ring`
+    as for `lm_head_argmax`."""
     t, k = x.shape
     if t != 1:
         raise ValueError("the screened head takes one token")
@@ -183,8 +206,8 @@ def lm_head_screened(
     low = scratch.get("screen_low", (1,), torch.int32, fill=-(2**31))
     keys = scratch.get("pick_keys", (1,), torch.long, fill=-(2**63))
     count = scratch.get("pick_count", (1,), torch.int32, fill=0)
-    argmax = torch.empty(1, dtype=torch.long, device=x.device)
     chain = tokens is not None and pos is not None
+    argmax, ring_len = _token_ring(ring, chain, t, x.device)
     kw, desc, l2_bytes = _prepare("lm_screen", x, screen.q)
     banned = scratch.banned_mask()
     _gemv_kernel[(triton.cdiv(n, kw["BLOCK_N"]), 1)](
@@ -196,7 +219,7 @@ def lm_head_screened(
     _pick_kernel[(triton.cdiv(n, block_s),)](
         x, weight, upper, low, keys, count, argmax, tokens if chain else argmax,
         pos if chain else argmax, n, k, eps, BLOCK_S=block_s, BLOCK_K=_pow2(k), CHAIN=chain,
-        ON_GPU=_on_gpu(x), num_warps=4, **_launch(x),
+        ON_GPU=_on_gpu(x), RING=ring_len, num_warps=4, **_launch(x),
     )  # fmt: skip
     return None, argmax
 
@@ -313,6 +336,7 @@ def triton_step(
     scratch: Scratch | None = None,
     chain: bool = False,
     screen: ScreenHead | None = None,
+    ring: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor]:
     """`cuda_graphs._step` with these kernels: at T = 1 (PERSISTENT.enabled, stacked
     weights) one persistent launch for every layer (`triton_persistent`) and one for the
@@ -320,7 +344,9 @@ def triton_step(
     T = 1 with `AttnConfig.fuse_o`) and one for the head. `rows` / `cols` are unused (the
     kernels read `pos` and mask themselves). With `chain` the step also advances itself (tokens =
     argmax, pos += T). With `screen` (T = 1, `triton_setup.screen_head`) the head is the
-    exact int8 screen (`lm_head_screened`): the same argmax, no logits (None)."""
+    exact int8 screen (`lm_head_screened`): the same argmax, no logits (None). With `ring`
+    (chain, T = 1) each token goes to ring[pos % len(ring)], mapped host memory on a GPU
+    (`lm_head_argmax`), and the ring is returned as the argmax."""
     if not w.norms_folded:
         raise ValueError("the Triton step takes weights with folded norms (fold_norms)")
     if scratch is None:
@@ -329,7 +355,7 @@ def triton_step(
         raise ValueError("the screened head takes one token")
     if tokens.shape[0] == 1 and PERSISTENT.enabled and persistent_ready(w) is None:
         x = persistent_layers(w, k_cache, v_cache, tokens, pos, scratch)
-        return _head(x, w, scratch, tokens, pos, chain, screen)
+        return _head(x, w, scratch, tokens, pos, chain, screen, ring)
     x = F.embedding(tokens, w.embed)  # the residual stream, updated in place
     nh, nkv, hd, eps = w.n_heads, w.n_kv_heads, w.head_dim, w.eps
     fuse_o = tokens.shape[0] == 1 and ATTN["attn"].fuse_o
@@ -347,12 +373,12 @@ def triton_step(
             gemv(attn, layer.wo, "o", residual=x, scratch=scratch)
         act = gate_up_silu(x, layer.w13, eps, oacc)
         gemv(act, layer.w2, "down", residual=x, scratch=scratch, oacc=oacc, counters=counters)
-    return _head(x, w, scratch, tokens, pos, chain, screen)
+    return _head(x, w, scratch, tokens, pos, chain, screen, ring)
 
 
-def _head(x, w, scratch, tokens, pos, chain, screen):
+def _head(x, w, scratch, tokens, pos, chain, screen, ring=None):
     """The step's output head: the screened argmax (`screen`) or the full head's."""
     tokens, pos = (tokens, pos) if chain else (None, None)
     if screen is not None:
-        return lm_head_screened(x, screen, w.lm_head, w.eps, scratch, tokens, pos)
-    return lm_head_argmax(x, w.lm_head, w.eps, scratch, tokens, pos)
+        return lm_head_screened(x, screen, w.lm_head, w.eps, scratch, tokens, pos, ring)
+    return lm_head_argmax(x, w.lm_head, w.eps, scratch, tokens, pos, ring)

@@ -102,7 +102,7 @@ def _pick_kernel(
     x_ptr, w_ptr, upper_ptr, low_ptr, key_ptr, count_ptr, argmax_ptr, tokens_ptr, pos_ptr,
     N, K, eps,
     BLOCK_S: tl.constexpr, BLOCK_K: tl.constexpr,
-    CHAIN: tl.constexpr, USE_PDL: tl.constexpr, ON_GPU: tl.constexpr,
+    CHAIN: tl.constexpr, USE_PDL: tl.constexpr, ON_GPU: tl.constexpr, RING: tl.constexpr = 0,
 ):  # fmt: skip
     """Rows pid * BLOCK_S .. + BLOCK_S of the pick (module doc): the exact logit of each of
     the screen's candidates there, first to last (a whole bf16 row each, BLOCK_K >= K; rows
@@ -132,7 +132,7 @@ def _pick_kernel(
             left -= 1
     last = _publish_argmax(
         best, offs_t, offs_t < 1, key_ptr, count_ptr, argmax_ptr, tokens_ptr, pos_ptr, 1, CHAIN,
-        ON_GPU,
+        ON_GPU, RING,
     )  # fmt: skip
     if last:
         tl.store(low_ptr + offs_t, tl.full((1,), _MIN_KEY32, tl.int32))
