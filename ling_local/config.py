@@ -78,10 +78,6 @@ class EngineSettings(_Section):
     """With ``kernels = "triton"``, greedy decode steps write each token straight into
     pinned host memory (mapped into the GPU's address space) instead of a device-to-host
     copy after every step: nothing but the step's own kernels runs between replays."""
-    graph_steps: int = Field(default=1, ge=1, le=16)
-    """With ``token_ring``, greedy decode steps captured back to back in one CUDA graph: a
-    replay decodes this many tokens (fewer graph launches; a finish is seen at the end of
-    a replay, so up to this many - 1 steps run past an end of text)."""
     quantize: Literal["none", "int8"] = "none"
     """Weight-only int8 matmuls on the CPU (4x fewer bytes per token; slightly less exact)."""
     warmup: bool = True

@@ -125,7 +125,6 @@ def ours(
     kernels: str = "torch",
     screen_head: bool = True,
     token_ring: bool = True,
-    graph_steps: int = 1,
     name: str = "ling-local engine",
 ) -> tuple[Row, list[int], dict]:
     from ling_local.config import profile_from_dict
@@ -148,7 +147,6 @@ def ours(
                 "kernels": kernels,
                 "screen_head": screen_head,
                 "token_ring": token_ring,
-                "graph_steps": graph_steps,
                 "speculative": speculative,
                 "num_speculative_tokens": 8,
             },
@@ -187,30 +185,24 @@ def _time_graph_steps(engine: Any, sizes: tuple[int, ...]) -> dict[Any, float]:
     """Replay time of the captured step for T tokens: what one decode (T=1, the full head,
     sampling's) or one speculative verify (T=k+1) costs on this model; "greedy": the
     greedy decode graph the engine's bursts replay (screened head, token ring, as the
-    profile sets them), per token ("greedy/N": N steps a replay, per token)."""
+    profile sets them), back to back."""
     decoder = engine.decoder
     slot = decoder.cache.slots[0]
     graphs = [(t, decoder._graph(slot, t)) for t in sizes]
     graphs.append(("greedy", decoder._graph(slot, 1, True)))
-    if decoder.graph_steps > 1:
-        graphs.append(
-            (f"greedy/{decoder.graph_steps}", decoder._graph(slot, 1, True, decoder.graph_steps))
-        )
     out = {}
     with torch.inference_mode():
         for key, step in graphs:
-            n = 50
-            step.load(list(range(3, 3 + step.t)), 0)
             for _ in range(5):
+                step.load(list(range(3, 3 + step.t)), 0)  # chaining graphs move on
                 step.replay()
-            step.load(list(range(3, 3 + step.t)), 0)  # chaining graphs moved on
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
-            for _ in range(n):
+            for _ in range(50):
                 step.replay()
             end.record()
             end.synchronize()
-            out[key] = round(start.elapsed_time(end) / n / step.steps, 4)
+            out[key] = round(start.elapsed_time(end) / 50, 4)
     return out
 
 
@@ -346,13 +338,6 @@ def run_engine_bench(
                     kernels="triton",
                     token_ring=False,
                     name="ling-local engine, Triton kernels, a token copy a step",
-                )
-            elif variant.startswith("triton-steps"):
-                n = int(variant.removeprefix("triton-steps"))
-                kw = dict(
-                    kernels="triton",
-                    graph_steps=n,
-                    name=f"ling-local engine, Triton kernels, {n} steps a graph",
                 )
             elif variant == "prompt-lookup-triton":
                 kw = dict(

@@ -107,33 +107,25 @@ class GraphStep:
         kernels: str = "torch",
         screen: bool = False,
         ring: torch.Tensor | None = None,
-        steps: int = 1,
     ) -> None:
         """`screen` (Triton kernels, T = 1): the head is the exact int8 screen, which
         gives the argmax and no logits (`self.logits` None): for greedy decoding only.
         `ring` (Triton kernels, T = 1, greedy: `triton_kernels.lm_head_argmax`): each
         token goes to ring[position % len(ring)], in mapped pinned host memory on a GPU,
-        so the host reads it with no copy between replays (`self.argmax` is the ring).
-        `steps` (chaining, with a ring): decode steps captured back to back in the one
-        graph, each feeding the next; a replay decodes `steps` tokens."""
+        so the host reads it with no copy between replays (`self.argmax` is the ring)."""
         if screen and (kernels != "triton" or t != 1):
             raise ValueError("the screened head is the Triton kernels' T = 1 step")
         if ring is not None and (kernels != "triton" or t != 1):
             raise ValueError("the token ring is the Triton kernels' T = 1 step")
-        if steps < 1 or (steps > 1 and ring is None):
-            raise ValueError("several steps a replay need a token ring to hold their tokens")
-        if ring is not None and steps > ring.numel() // 2:
-            raise ValueError(f"a ring of {ring.numel()} tokens holds under 2 replays of {steps}")
         dev = weights.embed.device
         self.banned = torch.zeros(0, dtype=torch.long, device=dev) if banned is None else banned
         self.t = t
-        self.steps = steps
         self.ring = ring
         self.weights = weights
         self.slot = slot
         self.tokens = torch.zeros(t, dtype=torch.long, device=dev)
         # Warm-up and capture write at the cache's tail, which real positions reach last.
-        tail = max_len - t * steps
+        tail = max_len - t
         self.pos = torch.full((1,), tail, dtype=torch.long, device=dev)
         self.rows = torch.arange(t, device=dev)
         self.cols = torch.arange(max_len, device=dev)
@@ -156,7 +148,7 @@ class GraphStep:
             }
             self.scratch = extra["scratch"]
 
-        def one() -> tuple[torch.Tensor, torch.Tensor]:
+        def run() -> tuple[torch.Tensor, torch.Tensor]:
             logits, argmax = fn(
                 weights, slot.k, slot.v, self.tokens, self.pos, self.rows, self.cols,
                 self.banned, **extra,
@@ -165,11 +157,6 @@ class GraphStep:
                 self.tokens.copy_(argmax)
                 self.pos.add_(t)
             return logits, argmax
-
-        def run() -> tuple[torch.Tensor, torch.Tensor]:
-            for _ in range(steps - 1):
-                one()
-            return one()
 
         self._run = run
         self.graph = None

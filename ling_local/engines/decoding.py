@@ -21,8 +21,7 @@ __all__ = ["PREFILL_CHUNK", "Decoder"]
 
 #: Prompt tokens fed per forward pass; bounds how long a higher-priority request waits.
 PREFILL_CHUNK = 512
-#: Steps the host queues ahead of the token it reads back (GPU graph decode, one step a
-#: replay); replays of several steps queue one ahead.
+#: Steps the host queues ahead of the token it reads back (GPU graph decode).
 LAG = 2
 #: Tokens in the ring a chaining Triton step writes into host memory (`token_ring`).
 RING = 64
@@ -51,7 +50,6 @@ class Decoder:
         kernels: str = "torch",
         screen_head: bool = True,
         token_ring: bool = True,
-        graph_steps: int = 1,
         banned_token_ids: tuple[int, ...] = (),
         threads: tuple[int, int] | None = None,
     ) -> None:
@@ -68,8 +66,6 @@ class Decoder:
         """The graph steps' kernels: "torch" or "triton" (`engine.kernels`)."""
         self.screen_head = screen_head
         """Greedy Triton decode steps take the head's exact int8 screen (`engine.screen_head`)."""
-        self.graph_steps = graph_steps
-        """Greedy decode steps a replay with the token ring (`engine.graph_steps`)."""
         self.graphs = isinstance(runner, LlamaRunner) and runner.use_graphs
         self.can_verify = isinstance(runner, LlamaRunner)
         self._ring = None
@@ -164,17 +160,16 @@ class Decoder:
         return gen.on_token(int(sample(self._mask(logits), *gen.sample_args())))
 
     # ------------------------------------------------------------------ GPU burst
-    def _graph(self, slot: Any, t: int, greedy: bool = False, steps: int = 1) -> Any:
+    def _graph(self, slot: Any, t: int, greedy: bool = False) -> Any:
         """The slot's captured T-token step; for a greedy decode (T = 1) with the Triton
         kernels, the one whose head is the exact int8 screen (`screen_head`) and whose
-        tokens go to the host ring (`token_ring`), `steps` decode steps a replay."""
+        tokens go to the host ring (`token_ring`)."""
         from ling_local.engines.cuda_graphs import GraphStep
 
         decode = greedy and t == 1 and self.kernels == "triton"
         screen = decode and self.screen_head
         ring = self._ring if decode else None
-        steps = steps if ring is not None else 1
-        key = (t, screen, ring is not None, steps)
+        key = (t, screen, ring is not None)
         graphs = slot.cache.graphs
         if key not in graphs:
             graphs[key] = GraphStep(
@@ -187,7 +182,6 @@ class Decoder:
                 kernels=self.kernels,
                 screen=screen,
                 ring=ring,
-                steps=steps,
             )
         return graphs[key]
 
@@ -206,19 +200,9 @@ class Decoder:
         greedy = gen.greedy
         step = self._graph(slot, 1, greedy)
         step.load([gen.next_token], start)
-        n = self.graph_steps if step.ring is not None and not until_match else 1
-        # The n-step graph's capture writes the cache's last n rows: only while none is real.
-        multi = (
-            self._graph(slot, 1, greedy, n)
-            if 1 < n <= budget and start <= runner.max_len - n
-            else None
-        )
-        if multi is not None:
-            multi.load([gen.next_token], start)
-        lag = LAG if multi is None else 1
         fed = gen.next_token
-        # (event, first position, steps, tokens in the ring)
-        pending: deque[tuple[int, int, int, bool]] = deque()
+        # (event, the position fed when the token is in the ring, else -1)
+        pending: deque[tuple[int, int]] = deque()
         launched = 0
         reason: FinishReason | None = None
         history = gen.history if until_match else None
@@ -226,25 +210,17 @@ class Decoder:
             if launched and (should_yield() or (history is not None and history.propose(1))):
                 break
             now = launched % len(self._events)
-            if multi is not None and budget - launched >= multi.steps:
-                multi.replay()
-                k = multi.steps
-            else:
-                if multi is not None and launched:  # the tail: go on from the n-step graph's
-                    step.tokens.copy_(multi.tokens)
-                    step.pos.copy_(multi.pos)
-                    multi = None
-                step.replay()
-                k = 1
-                if step.ring is None:
-                    out = step.argmax if greedy else sample(step.logits[0], *gen.sample_args())
-                    out = out.reshape(1) if out.dim() == 0 else out
-                    self._host[now].copy_(out, non_blocking=True)
-                    step.advance(out)
+            step.replay()
+            if step.ring is None:
+                out = (
+                    step.argmax if greedy else sample(step.logits[0], *gen.sample_args()).reshape(1)
+                )
+                self._host[now].copy_(out, non_blocking=True)
+                step.advance(out)
             self._events[now].record()
-            pending.append((now, start + launched, k, step.ring is not None))
-            launched += k
-            if len(pending) > lag:
+            pending.append((now, -1 if step.ring is None else start + launched))
+            launched += 1
+            if len(pending) > LAG:
                 reason, fed = self._consume(gen, pending.popleft(), fed)
         while pending and reason is None:
             reason, fed = self._consume(gen, pending.popleft(), fed)
@@ -252,21 +228,17 @@ class Decoder:
         return reason
 
     def _consume(
-        self, gen: Generation, done: tuple[int, int, int, bool], fed: int
+        self, gen: Generation, done: tuple[int, int], fed: int
     ) -> tuple[FinishReason | None, int]:
-        """The tokens of a replay, once its event completed: from the host ring (the
-        positions' slots) or the replay's copy."""
-        event, first, steps, in_ring = done
+        """The token of a replay, once its event completed: from the host ring (at the
+        position it was fed at) or its copy."""
+        event, position = done
         self._events[event].synchronize()
-        reason = None
-        for p in range(first, first + steps):
-            token = int(self._ring_view[p % RING] if in_ring else self._host[event][0])
-            gen.slot.ids.append(fed)
-            gen.decode_steps += 1
-            reason, fed = gen.on_token(token), token
-            if reason is not None:
-                break
-        return reason, fed
+        host = self._host[event][0] if position < 0 else self._ring_view[position % RING]
+        token = int(host)
+        gen.slot.ids.append(fed)
+        gen.decode_steps += 1
+        return gen.on_token(token), token
 
     # ------------------------------------------------------------------ speculation
     def _propose(self, gen: Generation) -> list[int]:
