@@ -200,10 +200,7 @@ SCREEN_SPACE: list[tuple[str, str, list]] = [
     ),
     ("lm_screen", "l2_prefetch", [0.0625]),
 ]
-# The step's embedding gather: the PDL launch (shipped) against F.embedding's kernel.
-EMBED_SPACE: list[tuple[str, str, list]] = [("settings", "embed_kernel", [False])]
 SPACES = {
-    "embed": EMBED_SPACE,
     "screen": SCREEN_SPACE,
     "step": STEP_SPACE,
     "preload": PRELOAD_SPACE,

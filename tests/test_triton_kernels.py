@@ -32,15 +32,6 @@ def tk():
     return triton_kernels()
 
 
-@pytest.mark.parametrize("k", [96, 2560])  # one partial block; a full one and a partial
-def test_embed_rows(tk, k: int) -> None:
-    """The step's first launch gathers exactly F.embedding's rows (a repeated token too)."""
-    torch.manual_seed(9)
-    embed = _randn(50, k)
-    tokens = torch.tensor([7, 0, 49, 7], device=DEV)
-    assert torch.equal(tk.embed_rows(tokens, embed), F.embedding(tokens, embed))
-
-
 @pytest.mark.parametrize("t", [1, 3])
 @pytest.mark.parametrize("split_k", [1, 2])
 def test_gemv_residual(tk, monkeypatch, t: int, split_k: int) -> None:

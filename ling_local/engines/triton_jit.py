@@ -215,18 +215,3 @@ def _splitk_reduce_kernel(
     if RESIDUAL:
         y = _round(tl.load(res_ptr + offs, mask=m, other=0.0).to(tl.float32) + y, DT)
     tl.store(out_ptr + offs, y.to(DT), mask=m)
-
-
-@triton.jit
-def _embed_kernel(tokens_ptr, embed_ptr, x_ptr, K, BLOCK: tl.constexpr, USE_PDL: tl.constexpr):
-    """x[t, :] = embed[tokens[t], :], columns pid_1 * BLOCK ..: the step's first launch, with
-    PDL like the rest (F.embedding's kernel is not), so the first QKV kernel launches and
-    prefetches its weights while this one waits for the previous step's token."""
-    _pdl_start(USE_PDL)
-    _pdl_wait(USE_PDL)
-    t = tl.program_id(0)
-    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-    m = offs < K
-    token = tl.load(tokens_ptr + t)
-    row = tl.load(embed_ptr + token.to(tl.int64) * K + offs, mask=m)
-    tl.store(x_ptr + t * K + offs, row, mask=m)

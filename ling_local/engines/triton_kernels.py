@@ -66,20 +66,13 @@ import triton
 from ling_local.engines import triton_setup
 from ling_local.engines.triton_attn import _attn_partial_kernel, _attn_reduce_kernel
 from ling_local.engines.triton_fused import attention_o, attention_o_counters
-from ling_local.engines.triton_jit import _embed_kernel, _gemv_kernel, _splitk_reduce_kernel
+from ling_local.engines.triton_jit import _gemv_kernel, _splitk_reduce_kernel
 from ling_local.engines.triton_launch import Scratch, _launch, _on_gpu, _overlaps, _pow2, _prepare
 from ling_local.engines.triton_paired import _paired_gemv_kernel
 from ling_local.engines.triton_persistent import persistent_layers, persistent_ready
 from ling_local.engines.triton_screen import _pick_kernel
 from ling_local.engines.triton_setup import *  # noqa: F403 (re-exported for the sweep script)
-from ling_local.engines.triton_setup import (
-    ATTN,
-    CONFIGS,
-    PERSISTENT,
-    SETTINGS,
-    AttnConfig,
-    ScreenHead,
-)
+from ling_local.engines.triton_setup import ATTN, CONFIGS, PERSISTENT, AttnConfig, ScreenHead
 
 __all__ = [
     *triton_setup.__all__,
@@ -141,15 +134,6 @@ def gemv(
             **_launch(x),
         )  # fmt: skip
     return out
-
-
-def embed_rows(tokens: torch.Tensor, embed: torch.Tensor) -> torch.Tensor:
-    """F.embedding(tokens, embed) [T, K] in one PDL launch (`_embed_kernel`)."""
-    t, (_, k) = tokens.shape[0], embed.shape
-    x = embed.new_empty((t, k))
-    block = min(1024, _pow2(k))
-    _embed_kernel[(t, triton.cdiv(k, block))](tokens, embed, x, k, BLOCK=block, **_launch(x))
-    return x
 
 
 def lm_head_argmax(
@@ -372,8 +356,7 @@ def triton_step(
     if tokens.shape[0] == 1 and PERSISTENT.enabled and persistent_ready(w) is None:
         x = persistent_layers(w, k_cache, v_cache, tokens, pos, scratch)
         return _head(x, w, scratch, tokens, pos, chain, screen, ring)
-    # the residual stream, updated in place
-    x = embed_rows(tokens, w.embed) if SETTINGS.embed_kernel else F.embedding(tokens, w.embed)
+    x = F.embedding(tokens, w.embed)  # the residual stream, updated in place
     nh, nkv, hd, eps = w.n_heads, w.n_kv_heads, w.head_dim, w.eps
     fuse_o = tokens.shape[0] == 1 and ATTN["attn"].fuse_o
     oacc = scratch.get("oacc", (1, x.shape[1]), torch.float32, fill=0.0) if fuse_o else None

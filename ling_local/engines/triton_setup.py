@@ -259,9 +259,6 @@ class Settings:
     early_trigger: bool = False
     """With PDL, let each kernel's successor launch at the kernel's start rather than after
     its wait: successors become resident (and prefetch) one kernel earlier."""
-    embed_kernel: bool = True
-    """The step's embedding gather as a PDL launch (`triton_kernels.embed_rows`) rather
-    than F.embedding's kernel, which the first QKV kernel cannot overlap."""
 
 
 SETTINGS = Settings()
@@ -272,7 +269,7 @@ def load_configs(path: str | os.PathLike) -> None:
     ({"qkv": {"block_n": 8, ...}, "attn": {...}, "pdl": true, "early_trigger": false,
     "persistent": {"enabled": true, ...}}); unknown names refused."""
     for name, fields in json.loads(Path(path).read_text()).items():
-        if name in ("pdl", "early_trigger", "embed_kernel"):
+        if name in ("pdl", "early_trigger"):
             setattr(SETTINGS, name, bool(fields))
         elif name == "persistent":
             PERSISTENT.update(**fields)
