@@ -277,6 +277,8 @@ def _publish_argmax(key, offs_t, t_mask, key_ptr, count_ptr, argmax_ptr, tokens_
     RING tokens, the one of position p at [p % RING]: in pinned host memory, mapped, the
     host reads each token there with no copy between replays. Returns whether this CTA was
     the last."""
+    if CHAIN:  # read ahead of the ticket: only the last CTA writes pos, after every ticket
+        p = tl.load(pos_ptr)
     tl.atomic_max(key_ptr + offs_t, key, mask=t_mask & (key > _MIN_KEY), sem="relaxed",
                   scope="gpu")  # fmt: skip
     last = _ticket(count_ptr, ON_GPU) == tl.num_programs(0) - 1
@@ -289,7 +291,6 @@ def _publish_argmax(key, offs_t, t_mask, key_ptr, count_ptr, argmax_ptr, tokens_
         low = final - ((final >> 32) << 32)
         token = 0x7FFFFFFF - low
         if CHAIN:
-            p = tl.load(pos_ptr)
             if RING > 0:
                 tl.store(argmax_ptr + (p + offs_t) % RING, token, mask=t_mask)
             else:
