@@ -46,13 +46,17 @@ def main() -> int:
     cli.add_argument("--out", type=Path, default=Path("/tmp"))
     cli.add_argument("--replays", type=int, default=10)
     cli.add_argument("--screen", action="store_true", help="the greedy head's int8 screen")
+    cli.add_argument(
+        "--ring", action="store_true", help="the head writes the token into the host ring"
+    )
     args = cli.parse_args()
     from torch.profiler import ProfilerActivity, profile
 
     from ling_local.engines.cuda_graphs import GraphStep
 
     fx = Fixture()
-    step = GraphStep(fx.w, fx.slot, 1, MAX_LEN, kernels="triton", screen=args.screen)
+    ring = torch.full((64,), -1, dtype=torch.long, pin_memory=True) if args.ring else None
+    step = GraphStep(fx.w, fx.slot, 1, MAX_LEN, kernels="triton", screen=args.screen, ring=ring)
     head = ["lm_screen", "pick"] if args.screen else ["lm_head"]
     start = len(fx.prompt)
     step.load(fx.prompt[-1:], start)
