@@ -201,6 +201,7 @@ class Decoder:
         step = self._graph(slot, 1, greedy)
         step.load([gen.next_token], start)
         fed = gen.next_token
+        copied = step.ring is None  # else the step's head writes the token to the host ring
         # (event, the position fed when the token is in the ring, else -1)
         pending: deque[tuple[int, int]] = deque()
         launched = 0
@@ -211,14 +212,14 @@ class Decoder:
                 break
             now = launched % len(self._events)
             step.replay()
-            if step.ring is None:
+            if copied:
                 out = (
                     step.argmax if greedy else sample(step.logits[0], *gen.sample_args()).reshape(1)
                 )
                 self._host[now].copy_(out, non_blocking=True)
                 step.advance(out)
             self._events[now].record()
-            pending.append((now, -1 if step.ring is None else start + launched))
+            pending.append((now, -1 if copied else start + launched))
             launched += 1
             if len(pending) > LAG:
                 reason, fed = self._consume(gen, pending.popleft(), fed)

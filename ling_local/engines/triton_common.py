@@ -290,14 +290,13 @@ def _publish_argmax(key, offs_t, t_mask, key_ptr, count_ptr, argmax_ptr, tokens_
         tl.store(key_ptr + offs_t, _MIN_KEY, mask=t_mask)
         low = final - ((final >> 32) << 32)
         token = 0x7FFFFFFF - low
-        if CHAIN:
+        at = offs_t
+        if CHAIN:  # noqa: SIM102 (constexpr branches, one per compile-time flag: p exists with CHAIN)
             if RING > 0:
-                tl.store(argmax_ptr + (p + offs_t) % RING, token, mask=t_mask)
-            else:
-                tl.store(argmax_ptr + offs_t, token, mask=t_mask)
+                at = (p + offs_t) % RING
+        tl.store(argmax_ptr + at, token, mask=t_mask)
+        if CHAIN:
             tl.store(tokens_ptr + offs_t, token, mask=t_mask)
             tl.store(pos_ptr, p + T)
-        else:
-            tl.store(argmax_ptr + offs_t, token, mask=t_mask)
         tl.store(count_ptr, 0)
     return last
