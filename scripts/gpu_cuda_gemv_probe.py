@@ -253,19 +253,22 @@ def attention_ablation(fx: Fixture) -> dict:
     count = torch.zeros(nkv, device=dev, dtype=torch.int32)
 
     def partial_only(q, i):
+        """The shipped partial (its rows as `decode_attention` picks them), no combine."""
         out = torch.empty_like(q)
+        dot = cfg0.tensor_cores
         _attn_partial_kernel[(nkv, cfg0.splits)](
             q, ks[i], vs[i], fx.pos, m, lsum, acc, count, out, 1, ks[i].shape[1],
             1.0 / math.sqrt(hd), N_HEADS=nh, GROUP=nh // nkv, HEAD_DIM=hd, SPLITS=cfg0.splits,
-            BLOCK_R=_pow2(nh // nkv), BLOCK_L=cfg0.block_l, BLOCK_S=_pow2(cfg0.splits),
-            FUSED_REDUCE=False, USE_DOT=False, L2=False, ON_GPU=not on_cpu(),
-            num_warps=cfg0.num_warps, **_launch(q),
+            BLOCK_R=16 if dot else _pow2(nh // nkv), BLOCK_L=cfg0.block_l,
+            BLOCK_S=_pow2(cfg0.splits), FUSED_REDUCE=False, USE_DOT=dot, L2=False,
+            ON_GPU=not on_cpu(), num_warps=cfg0.num_warps, **_launch(q),
         )  # fmt: skip
         return out
 
     def dot_attention(q, i, cfg):
-        """The shipped kernel with the verify's tensor-core path at T = 1: the group's 4
-        query rows padded to 16."""
+        """The tensor-core path at T = 1, launched directly: the combine over the partial's
+        16 padded rows, as shipped (attn_ablation_h200_run3 has "full" combining only the
+        group's 4 rows, a version measured slower and not kept)."""
         out = torch.empty_like(q)
         _attn_partial_kernel[(nkv, cfg.splits)](
             q, ks[i], vs[i], fx.pos, m, lsum, acc, count, out, 1, ks[i].shape[1],
@@ -297,20 +300,22 @@ def attention_ablation(fx: Fixture) -> dict:
 
         return run
 
-    runs = [("full", None), ("partial", None), ("noop", None), ("noop1", None), ("none", None)]
-    for sp, bl, nw in [(64, 16, 4), (32, 32, 2), (32, 32, 8), (24, 32, 4), (48, 16, 4)]:
+    runs = [("full", None), ("full cuda-cores", replace(cfg0, tensor_cores=False)),
+            ("dot 16-row-combine", cfg0), ("partial", None), ("noop", None), ("noop1", None),
+            ("none", None)]  # fmt: skip
+    for sp, bl, nw in [(24, 32, 4), (20, 32, 4), (16, 64, 4), (32, 16, 4), (32, 64, 4),
+                       (32, 32, 2), (32, 32, 8), (64, 16, 4)]:  # fmt: skip
         runs.append((f"full s{sp} l{bl} w{nw}", replace(cfg0, splits=sp, block_l=bl, num_warps=nw)))
-    for sp, bl, nw in [(32, 32, 4), (16, 64, 4), (32, 16, 4), (64, 16, 4), (32, 32, 8),
-                       (32, 32, 2), (24, 32, 4), (32, 64, 4), (20, 32, 4)]:  # fmt: skip
-        runs.append((f"dot s{sp} l{bl} w{nw}", replace(cfg0, splits=sp, block_l=bl, num_warps=nw)))
-    runs += [("full", None), ("none", None)]
+    runs += [("full", None), ("full cuda-cores", replace(cfg0, tensor_cores=False)), ("none", None)]
     q0 = torch.randn(1, nh * hd, device=dev, dtype=torch.bfloat16)
-    ref = tk.decode_attention(q0, ks[0], vs[0], fx.pos, nh, nkv, hd, s).float()
+    old = replace(cfg0, tensor_cores=False)
+    ref = tk.decode_attention(q0, ks[0], vs[0], fx.pos, nh, nkv, hd, s, old).float()
     agree = {}
     for sp, bl in [(32, 32), (16, 64)]:
-        got = dot_attention(q0, 0, replace(cfg0, splits=sp, block_l=bl)).float()
+        got = tk.decode_attention(q0, ks[0], vs[0], fx.pos, nh, nkv, hd, s,
+                                  replace(cfg0, splits=sp, block_l=bl)).float()  # fmt: skip
         agree[f"s{sp} l{bl}"] = ((got - ref).norm() / ref.norm()).item()
-    print(f"  dot attention against the shipped one (rel. err.): {agree}", flush=True)
+    print(f"  tensor cores against CUDA cores (rel. err.): {agree}", flush=True)
     res: dict = {"dot_rel_err": agree, "shipped": {"splits": cfg0.splits, "block_l": cfg0.block_l,
                              "num_warps": cfg0.num_warps}}  # fmt: skip
     for label, cfg in runs:

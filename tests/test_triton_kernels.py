@@ -96,9 +96,12 @@ def test_qkv_rope_and_kv_write(tk, t: int, bias: bool) -> None:
     assert torch.equal(kc[:, untouched], kc_want[:, untouched])
 
 
-@pytest.mark.parametrize("t", [1, 4])
+@pytest.mark.parametrize(("t", "tensor_cores"), [(1, True), (1, False), (4, True)])
 @pytest.mark.parametrize("pos", [0, 5, 90])
-def test_decode_attention(tk, t: int, pos: int) -> None:
+def test_decode_attention(tk, t: int, pos: int, tensor_cores: bool) -> None:
+    """Against SDPA in fp32; at T = 1 both ways of multiplying the query group (the tensor
+    cores with the rows padded to 16, the default, and broadcast-and-sum); a verify (T > 1)
+    always takes the tensor cores."""
     torch.manual_seed(4)
     nh, nkv, hd, max_len = 4, 2, 32, 100
     q = _randn(t, nh * hd)
@@ -112,7 +115,8 @@ def test_decode_attention(tk, t: int, pos: int) -> None:
         attn_mask=mask[None, None],
         enable_gqa=True,
     )[0].transpose(0, 1)
-    out = tk.decode_attention(q, kc, vc, torch.tensor([pos], device=DEV), nh, nkv, hd)
+    cfg = dataclasses.replace(tk.ATTN["attn"], tensor_cores=tensor_cores)
+    out = tk.decode_attention(q, kc, vc, torch.tensor([pos], device=DEV), nh, nkv, hd, cfg=cfg)
     assert (out.float() - want.reshape(t, nh * hd)).abs().max().item() < 2e-2
 
 

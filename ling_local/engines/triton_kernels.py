@@ -28,7 +28,9 @@ sums by 1/rms(x) in the epilogue (no second read of x, no barrier before the loo
   split) handles the kv head's whole query group for all T tokens; the split boundaries
   follow the position read on the device, so a captured graph spreads the live context,
   not the cache's capacity, over the splits; the last CTA of each kv head combines the
-  splits (or `_attn_reduce_kernel` does, in a second launch).
+  splits (or `_attn_reduce_kernel` does, in a second launch). The group's rows go to the
+  tensor cores padded to 16, at T = 1 too (`AttnConfig.tensor_cores`: 3.3 us a layer less
+  than broadcast-and-sum, whose cross-thread reductions were the partial's critical path).
 * `_attn_o_kernel` (`AttnConfig.fuse_o`, off by default; T = 1): the attention and the O
   projection in one launch — each split CTA combines its kv head's splits after a counter
   barrier and adds its slice of the projection into fp32 sums that gate/up (on its input)
@@ -299,7 +301,9 @@ def decode_attention(
     l_sum = scratch.get(f"attn_l{t}", (rows, splits), f32)
     acc = scratch.get(f"attn_acc{t}", (rows, splits, head_dim), f32)
     count = scratch.get(f"attn_count{t}", (n_kv,), torch.int32, fill=0)
-    if t == 1:  # a kv head's query group: broadcast-and-sum on the CUDA cores
+    if t == 1 and cfg.tensor_cores:  # the query group padded to 16 for the tensor cores
+        block_r, block_l, warps, dot = max(16, _pow2(group)), cfg.block_l, cfg.num_warps, True
+    elif t == 1:  # a kv head's query group: broadcast-and-sum on the CUDA cores
         block_r, block_l, warps, dot = _pow2(group), cfg.block_l, cfg.num_warps, False
     else:  # a verify: rows padded to 16 for the tensor cores
         block_r, block_l, warps, dot = max(16, _pow2(group * t)), 32, 4, True

@@ -69,6 +69,11 @@ class AttnConfig:
     num_warps: int = 4
     fused_reduce: bool = True
     """The last CTA of a kv head combines its splits (one launch instead of two)."""
+    tensor_cores: bool = True
+    """T = 1: the kv head's query group (4 rows) padded to 16 and multiplied on the tensor
+    cores, as a verify does, instead of broadcast-and-sum on the CUDA cores (whose
+    cross-thread reductions are the partial's critical path). Measured on the H200 in the
+    layer chain (docs/bench/attn_ablation_h200_run2.json): 46.0 us a layer against 49.3."""
     l2_prefetch: bool = False
     """Prefetch the split's older keys and values past the first tile to L2 before the
     PDL wait."""
