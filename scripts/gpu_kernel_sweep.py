@@ -292,7 +292,7 @@ def main() -> int:
                     fx,
                     SPACES[args.space],
                     reps=200,
-                    kernels="triton-screen" if args.space == "screen" else "triton",
+                    kernels="triton-screen" if args.space in ("screen", "attn") else "triton",
                 )
             )
             (args.out / "best.json").write_text(

@@ -200,7 +200,23 @@ SCREEN_SPACE: list[tuple[str, str, list]] = [
     ),
     ("lm_screen", "l2_prefetch", [0.0625]),
 ]
+# After the attention moved to the tensor cores at T = 1 (`AttnConfig.tensor_cores`): its
+# splits, tiles and warps (the layer chain's probe, docs/bench/attn_ablation_h200_run3.json,
+# found them within 0.5 us a layer), the CUDA cores against it, and the L2 fractions of the
+# kernels around it, whose latency it changed. Timed with the greedy head's screen, as
+# shipped.
+ATTN_SPACE: list[tuple[str, str, list]] = [
+    ("attn", "splits", [24, 48]),
+    ("attn", "num_warps", [2]),
+    ("attn", "block_l", [16, 64]),
+    ("attn", "l2_prefetch", [True]),
+    ("qkv", "l2_prefetch", [0.25, 1.0]),
+    ("o", "l2_prefetch", [0.5]),
+    ("attn", "tensor_cores", [False]),
+]
+
 SPACES = {
+    "attn": ATTN_SPACE,
     "screen": SCREEN_SPACE,
     "step": STEP_SPACE,
     "preload": PRELOAD_SPACE,
