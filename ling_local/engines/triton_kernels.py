@@ -301,10 +301,11 @@ def decode_attention(
     l_sum = scratch.get(f"attn_l{t}", (rows, splits), f32)
     acc = scratch.get(f"attn_acc{t}", (rows, splits, head_dim), f32)
     count = scratch.get(f"attn_count{t}", (n_kv,), torch.int32, fill=0)
-    if t == 1 and cfg.tensor_cores:  # the query group padded to 16 for the tensor cores
-        block_r, block_l, warps, dot = max(16, _pow2(group)), cfg.block_l, cfg.num_warps, True
-    elif t == 1:  # a kv head's query group: broadcast-and-sum on the CUDA cores
-        block_r, block_l, warps, dot = _pow2(group), cfg.block_l, cfg.num_warps, False
+    if t == 1:  # a kv head's query group: on the tensor cores, its rows padded to 16 (and
+        # tiles of at least 16 positions), or broadcast-and-sum on the CUDA cores
+        dot = cfg.tensor_cores and cfg.block_l >= 16
+        block_r = max(16, _pow2(group)) if dot else _pow2(group)
+        block_l, warps = cfg.block_l, cfg.num_warps
     else:  # a verify: rows padded to 16 for the tensor cores
         block_r, block_l, warps, dot = max(16, _pow2(group * t)), 32, 4, True
     # The combine holds every split of every row of the CTA: at T > 1 too many registers
