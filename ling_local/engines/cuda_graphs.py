@@ -125,7 +125,8 @@ class GraphStep:
         self.slot = slot
         self.tokens = torch.zeros(t, dtype=torch.long, device=dev)
         # Warm-up and capture write at the cache's tail, which real positions reach last.
-        self.pos = torch.full((1,), max_len - t, dtype=torch.long, device=dev)
+        tail = max_len - t
+        self.pos = torch.full((1,), tail, dtype=torch.long, device=dev)
         self.rows = torch.arange(t, device=dev)
         self.cols = torch.arange(max_len, device=dev)
         fn = step_function(t, compile_step, kernels)
@@ -159,7 +160,6 @@ class GraphStep:
 
         self._run = run
         self.graph = None
-        tail = max_len - t
         if not weights.embed.is_cuda:  # CPU: same step, run eagerly at replay (tests the logic)
             self.logits, self.argmax = None, ring
             return
