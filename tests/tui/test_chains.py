@@ -224,3 +224,23 @@ async def test_chain_view_cancels_at_the_second_step(
     with RunLog() as log:
         record = log.get(run_id)
     assert record.status == "cancelled" and [s.name for s in record.steps] == ["one"]
+
+
+async def test_a_step_panel_ticked_and_ended_while_it_mounts_shows_it_once_up() -> None:
+    """The view's 0.2 s timer ticks every panel it knows, and one may still be mounting (a CI
+    run once died on that tick): the panel takes the tick and the end before its children
+    exist, and shows them when it is up."""
+    from textual.app import App
+
+    panel = StepPanel(0, "draft", "a prompt")
+    panel.note = "attempt 2: timeout"
+    panel.tick()
+    assert "attempt 2: timeout" in str(panel._numbers.render())
+    await panel.end("cancelled", "cancelled")
+    app = App()
+    async with app.run_test(size=SIZE) as pilot:
+        await app.mount(panel)
+        await pilot.pause()
+        assert panel.has_class("-cancelled") and panel.state == "cancelled"
+        assert str(panel.query_one(".step-numbers").render()).startswith("cancelled after")
+        assert "■ Step 1: draft · cancelled" in str(panel.query_one(".step-title").render())

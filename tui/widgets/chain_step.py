@@ -28,14 +28,18 @@ class StepPanel(Vertical):
         """Why the step is on a later attempt (shown while it runs)."""
         self.started = time.perf_counter()
         self._stream: FramedStream | None = None
+        # Built here, not in compose: the view's timer may tick a panel whose mount is still
+        # being awaited, and an update before the mount shows once the label is up.
+        self._title_label = Label(self._title(), classes="step-title")
+        self._numbers = Label("running…", classes="step-numbers")
 
     def compose(self) -> ComposeResult:
-        yield Label(self._title(), classes="step-title")
+        yield self._title_label
         if self.kind == "prompt":
             with Collapsible(title=f"Prompt ({len(self.prompt)} characters)", collapsed=False):
                 yield Static(self.prompt, markup=False, classes="step-prompt")
         yield Markdown("", classes="step-output")
-        yield Label("running…", classes="step-numbers")
+        yield self._numbers
 
     def _title(self) -> str:
         marks = {"running": "▶", "finished": "✔", "failed": "✖", "cancelled": "■"}
@@ -46,7 +50,7 @@ class StepPanel(Vertical):
         self.remove_class(f"-{self.state}")
         self.state = state
         self.add_class(f"-{state}")
-        self.query_one(".step-title", Label).update(self._title())
+        self._title_label.update(self._title())
 
     async def write(self, text: str) -> None:
         if self._stream is None:
@@ -59,7 +63,7 @@ class StepPanel(Vertical):
         if self.state == "running":
             elapsed = time.perf_counter() - self.started
             note = f" · {self.note}" if self.note else ""
-            self.query_one(".step-numbers", Label).update(f"running… {elapsed:.1f} s{note}")
+            self._numbers.update(f"running… {elapsed:.1f} s{note}")
 
     async def _stop_stream(self) -> None:
         if self._stream is not None:
@@ -90,7 +94,7 @@ class StepPanel(Vertical):
             )
         if event.attempts > 1:
             numbers += f" · {event.attempts} attempts"
-        self.query_one(".step-numbers", Label).update(numbers)
+        self._numbers.update(numbers)
         for prompt in self.query(Collapsible):
             prompt.collapsed = True
 
@@ -99,7 +103,7 @@ class StepPanel(Vertical):
         await self._stop_stream()
         self._set_state(state)
         elapsed = time.perf_counter() - self.started
-        self.query_one(".step-numbers", Label).update(f"{message} after {elapsed:.1f} s")
+        self._numbers.update(f"{message} after {elapsed:.1f} s")
 
 
 def _as_markdown(output: Any) -> str:
