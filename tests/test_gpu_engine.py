@@ -191,3 +191,41 @@ async def test_triton_engine_screened_head_gives_the_full_heads_tokens(gpu_model
         finally:
             await e.stop()
     assert texts[0] == texts[1] == texts[2]
+
+
+async def test_triton_graphs_of_four_steps_give_the_same_tokens(gpu_model: Path) -> None:
+    """`engine.graph_steps = 4`: greedy bursts replay four chained steps a graph, each token
+    announced by an event inside the graph: the tokens of one step a replay, 96 of them,
+    a stop string found in flight honoured at its text, a cancel within two graphs."""
+    prompt = "class A:\n    def f(self):\n"
+    texts = []
+    for steps in (1, 4):
+        e = TorchEngine(_profile(gpu_model, dtype="bfloat16", kernels="triton", graph_steps=steps))
+        await e.start()
+        try:
+            text, stats = await _gen(e, prompt, 96, ignore_eos=True)
+            assert stats.completion_tokens == 96
+            texts.append(text)
+            if steps == 4:
+                graphs = e.decoder.cache.slots[0].cache.graphs
+                assert any(len(key) == 4 and key[3] == 4 for key in graphs)
+                stop = text[21:24]
+                cut, stats = await _gen(e, prompt, 96, ignore_eos=True, stop=(stop,))
+                assert stats.finish_reason == "stop" and cut == text[: text.index(stop)]
+                request = GenerationRequest(
+                    prompt="y = 2\n",
+                    priority=Priority.CHAT,
+                    sampling=SamplingParams(max_tokens=900, ignore_eos=True),
+                )
+                seen = 0
+                async for delta in e.stream(request):
+                    seen += delta.n_tokens
+                    if seen >= 9 and not request.cancelled:
+                        request.cancel()
+                        at_cancel = seen
+                    last = delta
+                assert last.finish_reason == "cancelled"
+                assert last.stats.completion_tokens <= at_cancel + 2 * 4 + 1
+        finally:
+            await e.stop()
+    assert texts[0] == texts[1]
