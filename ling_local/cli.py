@@ -214,8 +214,8 @@ def bench_engine(
     variants: Annotated[
         str,
         typer.Option(
-            help="comma list: eager,graphs,compiled,triton,triton-exact-head,triton-copy,"
-            "triton-stepsN (N chained steps a graph replay),prompt-lookup,prompt-lookup-triton"
+            help="comma list: eager,graphs,compiled,triton,triton-exact-head,prompt-lookup,"
+            "prompt-lookup-triton"
         ),
     ] = "graphs,compiled,prompt-lookup",
     workload: Annotated[

@@ -79,14 +79,6 @@ class EngineSettings(_Section):
     """With ``kernels = "triton"``, greedy decode steps write each token straight into
     pinned host memory (mapped into the GPU's address space) instead of a device-to-host
     copy after every step: nothing but the step's own kernels runs between replays."""
-    graph_steps: int = Field(default=1, ge=1, le=16)
-    """With ``kernels = "triton"`` and ``token_ring``, a greedy decode burst replays graphs
-    of this many chained steps, each step's token announced by an event recorded inside
-    the graph (still streamed one token at a time). Consecutive graph replays leave ~8 us
-    between the last kernel of one and the first of the next on an H200 (the step timeline:
-    0.856 ms of kernels every 0.864 ms); inside a graph a step follows the previous one
-    like any two kernels. The price: a stop found in flight wastes up to 2 x graph_steps - 1
-    steps instead of 2 (the GPU is busy that much longer before the next request)."""
     quantize: Literal["none", "int8"] = "none"
     """Weight-only int8 matmuls on the CPU (4x fewer bytes per token; slightly less exact)."""
     warmup: bool = True
@@ -98,8 +90,6 @@ class EngineSettings(_Section):
             raise ValueError("kernels = 'triton' runs inside the CUDA-graph step: set cuda_graphs")
         if self.kernels == "triton" and self.compile:
             raise ValueError("kernels = 'triton' replaces the compiled step: unset compile")
-        if self.graph_steps > 1 and not (self.kernels == "triton" and self.token_ring):
-            raise ValueError("graph_steps > 1 is the Triton step's token ring: set both")
         return self
 
 

@@ -8,9 +8,7 @@
 #      reference) and static cache, the gpt-fast-style loop, our engine's Triton step;
 #   3. `bench engine --model copy-1b --workload edit`: the same shape with the shipped tiny
 #      model's weights inside (it copies its prompt): plain and prompt lookup, vs HF eager;
-#   4. the Triton kernels' tests on the real GPU (and with GPU_TESTS=1 the engine's);
-#   5. `timeline`: scripts/gpu_step_timeline.py on the greedy step (screen, ring) as one
-#      step a graph and as TIMELINE_STEPS (default 4) chained steps a graph.
+#   4. the Triton kernels' tests on the real GPU (and with GPU_TESTS=1 the engine's).
 # STEPS picks and orders them (default "sweep bench copy tests"); SWEEP_ARGS goes to the
 # sweep (e.g. --tune-step). Everything goes to $OUT/run.log; the JSON results beside it.
 #   STEPS="tests sweep bench" SWEEP_ARGS=--tune-step bash scripts/gpu_engine.sh
@@ -47,13 +45,6 @@ tests() {
     step engine GPU tests
     timeout 150 python3 -m pytest -q -p no:cacheprovider -W ignore -m gpu tests/test_gpu_engine.py 2>&1 | tail -15 | tee -a "$LOG"
   fi
-}
-timeline() {
-  step step timeline
-  for n in 1 ${TIMELINE_STEPS:-4}; do
-    mkdir -p "$OUT/timeline$n"
-    timeout 120 python3 scripts/gpu_step_timeline.py --screen --ring --steps "$n" --out "$OUT/timeline$n" 2>&1 | tail -30 | tee -a "$LOG"
-  done
 }
 for s in ${STEPS:-sweep bench copy tests}; do "$s"; done
 rm -f "$OUT/eb/engine_bench.md" "$OUT/ebc/engine_bench.md"

@@ -10,15 +10,8 @@ of kernel (embedding, the layer's qkv / attention / o / gate_up / down, the head
 * `adds`: its end minus the previous kernel's end, its share of the step's critical path;
 * `early`: how long before the previous kernel's end it started.
 
-With --steps N (and --ring) it profiles replays of the graph of N chained steps
-(`GraphStep` steps, `engine.graph_steps`) and adds `boundary_us`: the next step's first
-kernel's start minus the previous step's last kernel's end inside one replay. Either way it
-times replays back to back (`period_us`: per step, the one-step graph's and, with --steps,
-the N-step graph's), the gap between graph replays included.
-
 Writes $OUT/step_timeline.json and prints the table.
     python3 scripts/gpu_step_timeline.py --out $OUT
-    python3 scripts/gpu_step_timeline.py --screen --ring --steps 4 --out $OUT
 """
 
 from __future__ import annotations
@@ -48,18 +41,6 @@ def layer_roles() -> list[str]:
     return ["qkv", "attn", *([] if attn.fused_reduce else ["attn_reduce"]), "o", "gate_up", "down"]
 
 
-def _kernel_shares(rep: list, roles: list[str], stats: dict, steps_us: list[float]) -> None:
-    """Add one step's kernels (`rep`, CUPTI records in launch order) to `stats` by role."""
-    steps_us.append(rep[-1].time_range.end - rep[0].time_range.start)
-    for i, (ev, role) in enumerate(zip(rep, roles, strict=True)):
-        s = stats.setdefault(role, {"dur": [], "adds": [], "early": []})
-        s["dur"].append(ev.time_range.end - ev.time_range.start)
-        if i:
-            prev = rep[i - 1].time_range.end
-            s["adds"].append(ev.time_range.end - prev)
-            s["early"].append(prev - ev.time_range.start)
-
-
 def main() -> int:
     cli = argparse.ArgumentParser()
     cli.add_argument("--out", type=Path, default=Path("/tmp"))
@@ -68,7 +49,6 @@ def main() -> int:
     cli.add_argument(
         "--ring", action="store_true", help="the head writes the token into the host ring"
     )
-    cli.add_argument("--steps", type=int, default=1, help="chained steps a graph (with --ring)")
     args = cli.parse_args()
     from torch.profiler import ProfilerActivity, profile
 
@@ -76,40 +56,16 @@ def main() -> int:
 
     fx = Fixture()
     ring = torch.full((64,), -1, dtype=torch.long, pin_memory=True) if args.ring else None
-    step = GraphStep(
-        fx.w, fx.slot, 1, MAX_LEN, kernels="triton", screen=args.screen, ring=ring, steps=args.steps
-    )
-    n = args.steps
-
-    def replay() -> None:
-        if n > 1:
-            step.replay_steps(0)
-        else:
-            step.replay()
-
-    def period_us(run, steps_per_run: int, runs: int = 64) -> float:
-        """Back-to-back replays from a fixed start, per step (median of 5 timings)."""
-        times = []
-        for _ in range(5):
-            step.load(fx.prompt[-1:], len(fx.prompt))
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            for _ in range(runs):
-                run()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b) * 1e3 / (runs * steps_per_run))
-        return round(statistics.median(times), 2)
-
+    step = GraphStep(fx.w, fx.slot, 1, MAX_LEN, kernels="triton", screen=args.screen, ring=ring)
     head = ["lm_screen", "pick"] if args.screen else ["lm_head"]
     start = len(fx.prompt)
     step.load(fx.prompt[-1:], start)
     for _ in range(5):
-        replay()
+        step.replay()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(args.replays):
-            replay()
+            step.replay()
             torch.cuda.synchronize()  # replays apart: each one's kernels on their own
     events = sorted(
         (ev for ev in prof.events() if ev.device_type == torch.autograd.DeviceType.CUDA),
@@ -124,17 +80,19 @@ def main() -> int:
     n_layers = len(fx.w.layers)
     per_layer = layer_roles()
     stats: dict[str, dict[str, list[float]]] = {}
-    steps_us, boundary_us = [], []
-    per_step = 1 + len(head) + len(per_layer) * n_layers
-    for whole in replays:
-        if len(whole) != n * per_step:
+    steps_us = []
+    for rep in replays:
+        if len(rep) != 1 + len(head) + len(per_layer) * n_layers:
             continue
-        for j in range(1, n):
-            end, nxt = whole[j * per_step - 1], whole[j * per_step]
-            boundary_us.append(nxt.time_range.start - end.time_range.end)
-        for j in range(n):
-            rep = whole[j * per_step : (j + 1) * per_step]
-            _kernel_shares(rep, ["embed", *per_layer * n_layers, *head], stats, steps_us)
+        roles = ["embed", *per_layer * n_layers, *head]
+        steps_us.append(rep[-1].time_range.end - rep[0].time_range.start)
+        for i, (ev, role) in enumerate(zip(rep, roles, strict=True)):
+            s = stats.setdefault(role, {"dur": [], "adds": [], "early": []})
+            s["dur"].append(ev.time_range.end - ev.time_range.start)
+            if i:
+                prev = rep[i - 1].time_range.end
+                s["adds"].append(ev.time_range.end - prev)
+                s["early"].append(prev - ev.time_range.start)
     table = {
         role: {k: round(statistics.median(v), 2) for k, v in s.items() if v}
         for role, s in stats.items()
@@ -142,15 +100,11 @@ def main() -> int:
     result = {
         "date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
         "device": torch.cuda.get_device_name(),
-        "steps_used": len(steps_us),
+        "replays_used": len(steps_us),
         "replays_seen": len(replays),
         "step_us_median": round(statistics.median(steps_us), 1) if steps_us else None,
         "kernels": table,
         "layer_adds_us": round(sum(table.get(r, {}).get("adds", 0.0) for r in per_layer), 2),
-        "steps_a_graph": n,
-        "boundary_us": round(statistics.median(boundary_us), 2) if boundary_us else None,
-        "period_us": {"1": period_us(step.replay, 1, 256)}
-        | ({str(n): period_us(lambda: step.replay_steps(0), n, 256 // n)} if n > 1 else {}),
         "first_replay": [
             (
                 ev.name[:60],

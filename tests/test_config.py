@@ -38,8 +38,6 @@ def test_tiny_is_the_embedded_default() -> None:
         ('[model]\npath = "x"\n[engine]\nkernels = "cuda"\n', "engine.kernels"),
         ('[model]\npath = "x"\n[engine]\nkernels = "triton"\ncuda_graphs = false\n', "cuda_graphs"),
         ('[model]\npath = "x"\n[engine]\nkernels = "triton"\ncompile = true\n', "compile"),
-        ('[model]\npath = "x"\n[engine]\ngraph_steps = 4\n', "graph_steps"),
-        ('[model]\npath = "x"\n[engine]\nkernels = "triton"\ngraph_steps = 0\n', "graph_steps"),
     ],
 )
 def test_bad_profile_names_the_field(tmp_path, toml: str, field: str) -> None:

@@ -104,24 +104,6 @@ def test_a_stop_in_flight_ends_at_its_token(runner, prompt_and_copied) -> None:
     assert kv == 24 + at  # the steps past the stop are dropped from the cache
 
 
-def test_graphs_of_two_chained_steps_give_the_same_tokens_and_stop_at_theirs(
-    runner, prompt_and_copied
-) -> None:
-    """`engine.graph_steps`: the burst's first two steps in one replay (its events say when
-    each token is in the ring), the last one in the one-step graph; a stop token that the
-    two-step graph produced first ends the generation at it."""
-    prompt, want = prompt_and_copied
-    two = _decoder(runner, graph_steps=2)
-    got, reason, kv = _generate(runner, two, prompt, N)
-    assert (got, reason, kv) == (want, "length", 24 + N - 1)
-    step = two.cache.slots[0].cache.graphs[(1, True, True, 2)]
-    assert step.steps == 2 and [len(e) for e in step.step_events] == [2, 2]
-    assert [int(two._ring[p % RING]) for p in range(24, 24 + N - 1)] == want[1:]
-    at = next(i for i in range(1, N) if want[i] not in want[:i])  # the first new token
-    got, reason, kv = _generate(runner, two, prompt, N, [want[at]])
-    assert (got, reason, kv) == (want[:at], "stop", 24 + at)
-
-
 def test_the_ring_is_refused_where_no_kernel_writes_it(runner) -> None:
     from ling_local.engines.cuda_graphs import GraphStep
 
@@ -131,9 +113,6 @@ def test_the_ring_is_refused_where_no_kernel_writes_it(runner) -> None:
     with pytest.raises(ValueError, match="token ring"):
         GraphStep(runner.weights, runner.new_cache(), 2, runner.max_len, kernels="triton",
                   ring=ring)  # fmt: skip
-    with pytest.raises(ValueError, match="needs the token ring"):
-        GraphStep(runner.weights, runner.new_cache(), 1, runner.max_len, kernels="triton",
-                  steps=2)  # fmt: skip
     tk = triton_kernels()
     with pytest.raises(ValueError, match="chaining one-token step"):
         tk._token_ring(ring, False, 1, DEV)

@@ -43,16 +43,6 @@ def test_gemv_residual(tk, monkeypatch, t: int, split_k: int) -> None:
     _close(out, want)
 
 
-@pytest.mark.parametrize(("t", "k"), [(1, 128), (3, 2560)])
-def test_embed_takes_the_rows_of_the_tokens(tk, t: int, k: int) -> None:
-    """The step's first kernel: the table's rows at the tokens, bit for bit (a row wider
-    than one CTA's 2048 columns spans two)."""
-    torch.manual_seed(3)
-    table = _randn(70000, k) if k == 128 else _randn(300, k)
-    tokens = torch.tensor([69999, 0, 4][:t] if k == 128 else [299, 7, 299], device=DEV)
-    assert torch.equal(tk.embed(tokens, table), table[tokens])
-
-
 @pytest.mark.parametrize("t", [1, 2])
 def test_gemv_with_norm(tk, monkeypatch, t: int) -> None:
     torch.manual_seed(1)

@@ -125,7 +125,6 @@ def ours(
     kernels: str = "torch",
     screen_head: bool = True,
     token_ring: bool = True,
-    graph_steps: int = 1,
     name: str = "ling-local engine",
 ) -> tuple[Row, list[int], dict]:
     from ling_local.config import profile_from_dict
@@ -148,7 +147,6 @@ def ours(
                 "kernels": kernels,
                 "screen_head": screen_head,
                 "token_ring": token_ring,
-                "graph_steps": graph_steps,
                 "speculative": speculative,
                 "num_speculative_tokens": 8,
             },
@@ -334,12 +332,6 @@ def run_engine_bench(
                     kernels="triton",
                     screen_head=False,
                     name="ling-local engine, Triton kernels, full bf16 head",
-                )
-            elif variant.startswith("triton-steps") and variant[12:].isdigit():
-                kw = dict(
-                    kernels="triton",
-                    graph_steps=int(variant[12:]),
-                    name=f"ling-local engine, Triton kernels, {variant[12:]} steps a graph",
                 )
             elif variant == "triton-copy":
                 kw = dict(

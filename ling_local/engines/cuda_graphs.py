@@ -26,18 +26,7 @@ from ling_local.engines.llama_runner import (
     rms_norm,
 )
 
-__all__ = ["GraphStep", "NoEvent", "step_function"]
-
-
-class NoEvent:
-    """Stands in for a CUDA event where the graph path runs eagerly on the CPU (tests)."""
-
-    def record(self) -> None:
-        pass
-
-    def synchronize(self) -> None:
-        pass
-
+__all__ = ["GraphStep", "step_function"]
 
 _compiled: dict[tuple[int, int], Any] = {}
 
@@ -118,28 +107,16 @@ class GraphStep:
         kernels: str = "torch",
         screen: bool = False,
         ring: torch.Tensor | None = None,
-        steps: int = 1,
     ) -> None:
         """`screen` (Triton kernels, T = 1): the head is the exact int8 screen, which
         gives the argmax and no logits (`self.logits` None): for greedy decoding only.
         `ring` (Triton kernels, T = 1, greedy: `triton_kernels.lm_head_argmax`): each
         token goes to ring[position % len(ring)], in mapped pinned host memory on a GPU,
-        so the host reads it with no copy between replays (`self.argmax` is the ring).
-        `steps` > 1 (with a ring): besides the one-step graph, two graphs of `steps`
-        chained steps (`replay_steps`), which record `step_events[graph][i]` once step i's
-        token is in the ring: the host streams each token as it lands, and the GPU goes
-        from one step to the next with no graph launch between them. Two, so the host can
-        queue the next graph while it still waits on the events of the one before."""
+        so the host reads it with no copy between replays (`self.argmax` is the ring)."""
         if screen and (kernels != "triton" or t != 1):
             raise ValueError("the screened head is the Triton kernels' T = 1 step")
         if ring is not None and (kernels != "triton" or t != 1):
             raise ValueError("the token ring is the Triton kernels' T = 1 step")
-        if steps > 1 and ring is None:
-            raise ValueError("a graph of several steps needs the token ring (its events say "
-                             "which tokens are in)")  # fmt: skip
-        self.steps = steps
-        self.multi: list[torch.cuda.CUDAGraph] = []
-        self.step_events: list[list[Any]] = []
         dev = weights.embed.device
         self.banned = torch.zeros(0, dtype=torch.long, device=dev) if banned is None else banned
         self.t = t
@@ -185,7 +162,6 @@ class GraphStep:
         self.graph = None
         if not weights.embed.is_cuda:  # CPU: same step, run eagerly at replay (tests the logic)
             self.logits, self.argmax = None, ring
-            self.step_events = [[NoEvent() for _ in range(steps)] for _ in range(2 * (steps > 1))]
             return
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
@@ -198,21 +174,6 @@ class GraphStep:
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph), torch.inference_mode():
             self.logits, self.argmax = run()
-        for _ in range(2 if steps > 1 else 0):
-            events = [torch.cuda.Event(external=True) for _ in range(steps)]
-            graph = torch.cuda.CUDAGraph()
-            side = torch.cuda.Stream()
-            with torch.cuda.graph(graph), torch.inference_mode():
-                main = torch.cuda.current_stream()
-                for event in events:
-                    run()
-                    # Recorded on a branch: the next step's first kernel still follows the
-                    # head directly (its programmatic launch), not an event node.
-                    side.wait_stream(main)
-                    event.record(side)
-                main.wait_stream(side)
-            self.multi.append(graph)
-            self.step_events.append(events)
 
     def load(self, tokens: list[int] | torch.Tensor, position: int) -> None:
         """Set the step's input tokens and the position of the first one."""
@@ -227,15 +188,6 @@ class GraphStep:
             self.logits, self.argmax = self._run()
         else:
             self.graph.replay()
-
-    def replay_steps(self, graph: int) -> None:
-        """`steps` chained steps in one replay of multi-step graph `graph` (0 or 1); step i
-        records `step_events[graph][i]` when its token is in the ring."""
-        if self.graph is None:
-            for _ in range(self.steps):
-                self._run()
-        else:
-            self.multi[graph].replay()
 
     def advance(self, next_input: torch.Tensor) -> None:
         """Chain the next decode step on the device: its input is `next_input` (this step's

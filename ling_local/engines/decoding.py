@@ -11,7 +11,6 @@ from typing import Any
 import torch
 
 from ling_local.engines.base import FinishReason
-from ling_local.engines.cuda_graphs import NoEvent
 from ling_local.engines.generation import Generation
 from ling_local.engines.llama_runner import LlamaRunner
 from ling_local.engines.prefix_cache import PrefixCache
@@ -28,6 +27,16 @@ LAG = 2
 RING = 64
 
 
+class _NoEvent:
+    """Stands in for a CUDA event when the graph path is exercised on the CPU (tests)."""
+
+    def record(self) -> None:
+        pass
+
+    def synchronize(self) -> None:
+        pass
+
+
 class Decoder:
     def __init__(
         self,
@@ -41,7 +50,6 @@ class Decoder:
         kernels: str = "torch",
         screen_head: bool = True,
         token_ring: bool = True,
-        graph_steps: int = 1,
         banned_token_ids: tuple[int, ...] = (),
         threads: tuple[int, int] | None = None,
     ) -> None:
@@ -58,15 +66,13 @@ class Decoder:
         """The graph steps' kernels: "torch" or "triton" (`engine.kernels`)."""
         self.screen_head = screen_head
         """Greedy Triton decode steps take the head's exact int8 screen (`engine.screen_head`)."""
-        self.graph_steps = graph_steps
-        """Chained steps per graph replay in a greedy burst with the ring (`engine.graph_steps`)."""
         self.graphs = isinstance(runner, LlamaRunner) and runner.use_graphs
         self.can_verify = isinstance(runner, LlamaRunner)
         self._ring = None
         if self.graphs:
             on_gpu = runner.device.type == "cuda"
             self._host = [torch.empty(1, dtype=torch.long, pin_memory=on_gpu) for _ in range(8)]
-            self._events = [torch.cuda.Event() if on_gpu else NoEvent() for _ in range(8)]
+            self._events = [torch.cuda.Event() if on_gpu else _NoEvent() for _ in range(8)]
             if token_ring and kernels == "triton":
                 self._ring = torch.full((RING,), -1, dtype=torch.long, pin_memory=on_gpu)
                 self._ring_view = self._ring.numpy()  # the same memory, cheap to index
@@ -163,8 +169,7 @@ class Decoder:
         decode = greedy and t == 1 and self.kernels == "triton"
         screen = decode and self.screen_head
         ring = self._ring if decode else None
-        steps = self.graph_steps if ring is not None else 1
-        key = (t, screen, ring is not None) + ((steps,) if steps > 1 else ())
+        key = (t, screen, ring is not None)
         graphs = slot.cache.graphs
         if key not in graphs:
             graphs[key] = GraphStep(
@@ -177,7 +182,6 @@ class Decoder:
                 kernels=self.kernels,
                 screen=screen,
                 ring=ring,
-                steps=steps,
             )
         return graphs[key]
 
@@ -198,27 +202,14 @@ class Decoder:
         step.load([gen.next_token], start)
         fed = gen.next_token
         copied = step.ring is None  # else the step's head writes the token to the host ring
-        # (its event, the host copy's index, the position fed: the token's ring slot)
-        pending: deque[tuple[Any, int, int]] = deque()
+        # (event, the position fed when the token is in the ring, else -1)
+        pending: deque[tuple[int, int]] = deque()
         launched = 0
         reason: FinishReason | None = None
         history = gen.history if until_match else None
-        n = 1 if history is not None else step.steps
-        graph = 0
         while launched < budget and reason is None:
             if launched and (should_yield() or (history is not None and history.propose(1))):
                 break
-            if n > 1 and budget - launched >= n:
-                # n steps in one replay; the graph last replayed with these events was
-                # read to its end below, so its records are not the ones waited on
-                step.replay_steps(graph)
-                for i, event in enumerate(step.step_events[graph]):
-                    pending.append((event, -1, start + launched + i))
-                launched += n
-                graph ^= 1
-                while len(pending) > n and reason is None:
-                    reason, fed = self._consume(gen, pending.popleft(), fed)
-                continue
             now = launched % len(self._events)
             step.replay()
             if copied:
@@ -228,7 +219,7 @@ class Decoder:
                 self._host[now].copy_(out, non_blocking=True)
                 step.advance(out)
             self._events[now].record()
-            pending.append((self._events[now], now if copied else -1, start + launched))
+            pending.append((now, -1 if copied else start + launched))
             launched += 1
             if len(pending) > LAG:
                 reason, fed = self._consume(gen, pending.popleft(), fed)
@@ -238,13 +229,13 @@ class Decoder:
         return reason
 
     def _consume(
-        self, gen: Generation, done: tuple[Any, int, int], fed: int
+        self, gen: Generation, done: tuple[int, int], fed: int
     ) -> tuple[FinishReason | None, int]:
-        """The token of a replay, once its event completed: from its host copy or else
-        from the host ring, at the position it was fed at."""
-        event, copy, position = done
-        event.synchronize()
-        host = self._host[copy][0] if copy >= 0 else self._ring_view[position % RING]
+        """The token of a replay, once its event completed: from the host ring (at the
+        position it was fed at) or its copy."""
+        event, position = done
+        self._events[event].synchronize()
+        host = self._host[event][0] if position < 0 else self._ring_view[position % RING]
         token = int(host)
         gen.slot.ids.append(fed)
         gen.decode_steps += 1

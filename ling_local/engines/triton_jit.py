@@ -215,19 +215,3 @@ def _splitk_reduce_kernel(
     if RESIDUAL:
         y = _round(tl.load(res_ptr + offs, mask=m, other=0.0).to(tl.float32) + y, DT)
     tl.store(out_ptr + offs, y.to(DT), mask=m)
-
-
-@triton.jit
-def _embed_kernel(tokens_ptr, embed_ptr, x_ptr, K, BLOCK_K: tl.constexpr, USE_PDL: tl.constexpr):
-    """x[t, cols] = embed[tokens[t], cols] for CTA (t, cols = pid 1's BLOCK_K columns): the
-    step's first kernel. With PDL it launches while the previous step's head finishes (in
-    a graph of several chained steps, `cuda_graphs.GraphStep` steps > 1) and waits for the
-    token that head writes; the QKV kernel after it launches early in turn."""
-    _pdl_start(USE_PDL)
-    _pdl_wait(USE_PDL)
-    t = tl.program_id(0)
-    offs = tl.program_id(1) * BLOCK_K + tl.arange(0, BLOCK_K)
-    mask = offs < K
-    token = tl.load(tokens_ptr + t).to(tl.int64)
-    row = tl.load(embed_ptr + token * K + offs, mask=mask)
-    tl.store(x_ptr + t * K + offs, row, mask=mask)

@@ -62,12 +62,13 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 import triton
 
 from ling_local.engines import triton_setup
 from ling_local.engines.triton_attn import _attn_partial_kernel, _attn_reduce_kernel
 from ling_local.engines.triton_fused import attention_o, attention_o_counters
-from ling_local.engines.triton_jit import _embed_kernel, _gemv_kernel, _splitk_reduce_kernel
+from ling_local.engines.triton_jit import _gemv_kernel, _splitk_reduce_kernel
 from ling_local.engines.triton_launch import Scratch, _launch, _on_gpu, _overlaps, _pow2, _prepare
 from ling_local.engines.triton_paired import _paired_gemv_kernel
 from ling_local.engines.triton_persistent import persistent_layers, persistent_ready
@@ -328,17 +329,6 @@ def decode_attention(
     return out
 
 
-def embed(tokens: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-    """The rows of `table` [V, K] at `tokens` [T]: [T, K] (`_embed_kernel`, with PDL)."""
-    t, k = tokens.shape[0], table.shape[1]
-    x = table.new_empty((t, k))
-    block = min(_pow2(k), 2048)
-    _embed_kernel[(t, triton.cdiv(k, block))](
-        tokens, table, x, k, BLOCK_K=block, num_warps=4, **_launch(table)
-    )
-    return x
-
-
 def triton_step(
     w,
     k_cache: list[torch.Tensor],
@@ -371,7 +361,7 @@ def triton_step(
     if tokens.shape[0] == 1 and PERSISTENT.enabled and persistent_ready(w) is None:
         x = persistent_layers(w, k_cache, v_cache, tokens, pos, scratch)
         return _head(x, w, scratch, tokens, pos, chain, screen, ring)
-    x = embed(tokens, w.embed)  # the residual stream, updated in place
+    x = F.embedding(tokens, w.embed)  # the residual stream, updated in place
     nh, nkv, hd, eps = w.n_heads, w.n_kv_heads, w.head_dim, w.eps
     fuse_o = tokens.shape[0] == 1 and ATTN["attn"].fuse_o
     oacc = scratch.get("oacc", (1, x.shape[1]), torch.float32, fill=0.0) if fuse_o else None

@@ -21,7 +21,11 @@ for the normalised input x, whatever x is. Two launches:
    exact head's epilogue does).
 
 Nothing is approximate in the result: a row the screen cannot rule out is recomputed, so a
-flat distribution only makes the pick slower. The logits themselves are not produced:
+flat distribution only makes the pick slower. Why 8 bits and not fewer: the bound holds for
+every x, so it grows with the rounding step, and on the bench's model shape
+(`scripts/screen_bits.py`, docs/bench/screen_bits_cpu.json) the rows it cannot rule out go
+from 18 (median; 71 at most) at 8 bits to ~10,000 at 6 and all 128,256 at 4, even with a
+scale per 32 columns. The logits themselves are not produced:
 sampling uses the exact head. Shared helpers are in `triton_common`."""
 
 from __future__ import annotations
