@@ -7,6 +7,7 @@ from contextlib import aclosing
 from pathlib import Path
 
 import pytest
+from textual.app import App
 from typer.testing import CliRunner
 
 from ling_local.agents import (
@@ -230,8 +231,6 @@ async def test_a_step_panel_ticked_and_ended_while_it_mounts_shows_it_once_up() 
     """The view's 0.2 s timer ticks every panel it knows, and one may still be mounting (a CI
     run once died on that tick): the panel takes the tick and the end before its children
     exist, and shows them when it is up."""
-    from textual.app import App
-
     panel = StepPanel(0, "draft", "a prompt")
     panel.note = "attempt 2: timeout"
     panel.tick()
