@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -70,12 +71,12 @@ def main() -> None:
         for _ in track(range(args.steps), description="greedy steps"):
             token = out.logits[0, -1].argmax().view(1, 1)
             out = model(token, past_key_values=out.past_key_values, use_cache=True)
-    x = torch.stack(xs[:-1])  # the head inputs of the prompt's last token and each step
+    x = torch.stack(xs)  # the head inputs of the prompt's last token and of each step
     w = model.lm_head.weight.detach().double()
     logits = x @ w.T
     top2 = logits.topk(2, dim=1).values
     result: dict = {
-        "machine": platform.processor() or platform.machine(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} cores",
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "shape": LLAMA_1B,
         "tokens": x.shape[0],

@@ -24,7 +24,7 @@ Nothing is approximate in the result: a row the screen cannot rule out is recomp
 flat distribution only makes the pick slower. Why 8 bits and not fewer: the bound holds for
 every x, so it grows with the rounding step, and on the bench's model shape
 (`scripts/screen_bits.py`, docs/bench/screen_bits_cpu.json) the rows it cannot rule out go
-from 18 (median; 71 at most) at 8 bits to ~10,000 at 6 and all 128,256 at 4, even with a
+from 17 (median; 71 at most) at 8 bits to ~10,000 at 6 and all 128,256 at 4, even with a
 scale per 32 columns. The logits themselves are not produced:
 sampling uses the exact head. Shared helpers are in `triton_common`."""
 
