@@ -214,8 +214,7 @@ def bench_engine(
     variants: Annotated[
         str,
         typer.Option(
-            help="comma list: eager,graphs,compiled,triton,triton-exact-head,triton-copy,"
-            "triton-ring-head,prompt-lookup,"
+            help="comma list: eager,graphs,compiled,triton,triton-exact-head,prompt-lookup,"
             "prompt-lookup-triton"
         ),
     ] = "graphs,compiled,prompt-lookup",

@@ -79,11 +79,6 @@ class EngineSettings(_Section):
     """With ``kernels = "triton"``, greedy decode steps write each token straight into
     pinned host memory (mapped into the GPU's address space) instead of a device-to-host
     copy after every step: nothing but the step's own kernels runs between replays."""
-    token_ring_at: Literal["next", "head"] = "next"
-    """Which kernel writes a token into the ring: ``next``, the first kernel of the next
-    step (so a step ends without waiting for a store to the host; the host reads each token
-    once the step after it is done, and the burst's last one by a copy), or ``head``, the
-    head's last CTA at the end of the step that made it."""
     quantize: Literal["none", "int8"] = "none"
     """Weight-only int8 matmuls on the CPU (4x fewer bytes per token; slightly less exact)."""
     warmup: bool = True

@@ -1,8 +1,6 @@
-"""Greedy Triton decode bursts whose kernels write each token into the host ring
-(`engine.token_ring`; mapped pinned memory on a GPU) — a step late, by the next step's
-first kernel (`token_ring_at` "next", `_paired_gemv_kernel`'s RING), or by the head's last
-CTA ("head", `_publish_argmax`'s RING) — give the tokens of bursts with a device-to-host
-copy a step: the same sequence, each token at the
+"""Greedy Triton decode bursts whose head writes each token into the host ring
+(`engine.token_ring`, `_publish_argmax`'s RING; mapped pinned memory on a GPU) give the
+tokens of bursts with a device-to-host copy a step: the same sequence, each token at the
 position it was fed at, a stop token read after later steps were launched honoured at its
 token. In Triton's CPU interpreter without a GPU (the steps run eagerly; `_NoEvent`), for
 real on one."""
@@ -83,23 +81,17 @@ def prompt_and_copied(runner) -> tuple[list[int], list[int]]:
     return prompt, want
 
 
-@pytest.mark.parametrize("ring_at", ["next", "head"])
-def test_the_ring_gives_the_copied_tokens(runner, prompt_and_copied, ring_at) -> None:
+def test_the_ring_gives_the_copied_tokens(runner, prompt_and_copied) -> None:
     prompt, want = prompt_and_copied
-    ring = _decoder(runner, token_ring_at=ring_at)
+    ring = _decoder(runner)
     assert ring._ring is not None and ring._ring.numel() == RING
     if DEV.type == "cuda":
         assert ring._ring.is_pinned()
     got, reason, kv = _generate(runner, ring, prompt, N)
     assert (got, reason, kv) == (want, "length", 24 + N - 1)
-    step = ring.cache.slots[0].cache.graphs[(1, True, True)]  # screened, ring
-    assert step.ring_late == (ring_at == "next")
-    # the burst's tokens, each at the position it was fed at (the prefill gave want[0]); a
-    # late ring holds all but the last, which no later step of the burst wrote
-    fed = range(24, 24 + N - 1 - step.ring_late)
-    assert [int(ring._ring[p % RING]) for p in fed] == want[1 : 1 + len(fed)]
-    if step.ring_late:  # the first step of the burst wrote the prefill's token a step late
-        assert int(ring._ring[23 % RING]) == want[0]
+    assert (1, True, True) in ring.cache.slots[0].cache.graphs  # screened, ring
+    # the burst's tokens, each at the position it was fed at (the prefill gave want[0])
+    assert [int(ring._ring[p % RING]) for p in range(24, 24 + N - 1)] == want[1:]
 
 
 def test_a_stop_in_flight_ends_at_its_token(runner, prompt_and_copied) -> None:
@@ -121,9 +113,6 @@ def test_the_ring_is_refused_where_no_kernel_writes_it(runner) -> None:
     with pytest.raises(ValueError, match="token ring"):
         GraphStep(runner.weights, runner.new_cache(), 2, runner.max_len, kernels="triton",
                   ring=ring)  # fmt: skip
-    with pytest.raises(ValueError, match="ring_at"):
-        GraphStep(runner.weights, runner.new_cache(), 1, runner.max_len, kernels="triton",
-                  ring=ring, ring_at="tail")  # fmt: skip
     tk = triton_kernels()
     with pytest.raises(ValueError, match="chaining one-token step"):
         tk._token_ring(ring, False, 1, DEV)

@@ -125,7 +125,6 @@ def ours(
     kernels: str = "torch",
     screen_head: bool = True,
     token_ring: bool = True,
-    token_ring_at: str = "next",
     name: str = "ling-local engine",
 ) -> tuple[Row, list[int], dict]:
     from ling_local.config import profile_from_dict
@@ -148,7 +147,6 @@ def ours(
                 "kernels": kernels,
                 "screen_head": screen_head,
                 "token_ring": token_ring,
-                "token_ring_at": token_ring_at,
                 "speculative": speculative,
                 "num_speculative_tokens": 8,
             },
@@ -340,12 +338,6 @@ def run_engine_bench(
                     kernels="triton",
                     token_ring=False,
                     name="ling-local engine, Triton kernels, a token copy a step",
-                )
-            elif variant == "triton-ring-head":
-                kw = dict(
-                    kernels="triton",
-                    token_ring_at="head",
-                    name="ling-local engine, Triton kernels, ring written by the head",
                 )
             elif variant == "prompt-lookup-triton":
                 kw = dict(

@@ -107,27 +107,20 @@ class GraphStep:
         kernels: str = "torch",
         screen: bool = False,
         ring: torch.Tensor | None = None,
-        ring_at: str = "next",
     ) -> None:
         """`screen` (Triton kernels, T = 1): the head is the exact int8 screen, which
         gives the argmax and no logits (`self.logits` None): for greedy decoding only.
-        `ring` (Triton kernels, T = 1, greedy): each token goes to ring[position %
-        len(ring)], in mapped pinned host memory on a GPU, so the host reads it with no
-        copy between replays. `ring_at` (`triton_kernels.triton_step`): "next", the next
-        replay's first kernel writes it (`ring_late`: a token is in the ring once the
-        following replay is done; the last one of a burst is in `self.argmax` on the
-        device); "head", this replay's head does (`self.argmax` is the ring)."""
+        `ring` (Triton kernels, T = 1, greedy: `triton_kernels.lm_head_argmax`): each
+        token goes to ring[position % len(ring)], in mapped pinned host memory on a GPU,
+        so the host reads it with no copy between replays (`self.argmax` is the ring)."""
         if screen and (kernels != "triton" or t != 1):
             raise ValueError("the screened head is the Triton kernels' T = 1 step")
         if ring is not None and (kernels != "triton" or t != 1):
             raise ValueError("the token ring is the Triton kernels' T = 1 step")
-        if ring_at not in ("next", "head"):
-            raise ValueError(f"ring_at {ring_at!r} is not 'next' or 'head'")
         dev = weights.embed.device
         self.banned = torch.zeros(0, dtype=torch.long, device=dev) if banned is None else banned
         self.t = t
         self.ring = ring
-        self.ring_late = ring is not None and ring_at == "next"
         self.weights = weights
         self.slot = slot
         self.tokens = torch.zeros(t, dtype=torch.long, device=dev)
@@ -152,7 +145,6 @@ class GraphStep:
                 "chain": self.chains,
                 "screen": screen_head(weights) if screen else None,
                 "ring": ring,
-                "ring_at": ring_at,
             }
             self.scratch = extra["scratch"]
 
@@ -169,7 +161,7 @@ class GraphStep:
         self._run = run
         self.graph = None
         if not weights.embed.is_cuda:  # CPU: same step, run eagerly at replay (tests the logic)
-            self.logits, self.argmax = None, None if self.ring_late else ring
+            self.logits, self.argmax = None, ring
             return
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())

@@ -50,7 +50,6 @@ class Decoder:
         kernels: str = "torch",
         screen_head: bool = True,
         token_ring: bool = True,
-        token_ring_at: str = "next",
         banned_token_ids: tuple[int, ...] = (),
         threads: tuple[int, int] | None = None,
     ) -> None:
@@ -70,14 +69,10 @@ class Decoder:
         self.graphs = isinstance(runner, LlamaRunner) and runner.use_graphs
         self.can_verify = isinstance(runner, LlamaRunner)
         self._ring = None
-        self.ring_at = token_ring_at
-        """Which kernel writes the ring (`engine.token_ring_at`): "next" or "head"."""
         if self.graphs:
             on_gpu = runner.device.type == "cuda"
             self._host = [torch.empty(1, dtype=torch.long, pin_memory=on_gpu) for _ in range(8)]
             self._events = [torch.cuda.Event() if on_gpu else _NoEvent() for _ in range(8)]
-            self._last = torch.empty(1, dtype=torch.long, pin_memory=on_gpu)
-            self._last_event = torch.cuda.Event() if on_gpu else _NoEvent()
             if token_ring and kernels == "triton":
                 self._ring = torch.full((RING,), -1, dtype=torch.long, pin_memory=on_gpu)
                 self._ring_view = self._ring.numpy()  # the same memory, cheap to index
@@ -187,7 +182,6 @@ class Decoder:
                 kernels=self.kernels,
                 screen=screen,
                 ring=ring,
-                ring_at=self.ring_at,
             )
         return graphs[key]
 
@@ -195,9 +189,7 @@ class Decoder:
         self, gen: Generation, should_yield: Callable[[], bool], until_match: bool = False
     ) -> FinishReason | None:
         """Replay the decode graph back to back; read each token LAG steps later, so the GPU
-        never waits for the host (with the late ring, `ring_at` "next", once the replay
-        after it is done, LAG - 1 steps still queued; the burst's last token by a copy).
-        Stops at a finish, a cancel, a higher-priority arrival,
+        never waits for the host. Stops at a finish, a cancel, a higher-priority arrival,
         or (`until_match`, prompt lookup) once the tokens read so far end in an n-gram seen
         before: the steps in flight finish, then the next step verifies a proposal."""
         slot, runner = gen.slot, self.runner
@@ -209,8 +201,7 @@ class Decoder:
         step = self._graph(slot, 1, greedy)
         step.load([gen.next_token], start)
         fed = gen.next_token
-        copied = step.ring is None  # else the step's kernels write the token to the host ring
-        late = step.ring_late  # a replay's token is in the ring once the next one is done
+        copied = step.ring is None  # else the step's head writes the token to the host ring
         # (event, the position fed when the token is in the ring, else -1)
         pending: deque[tuple[int, int]] = deque()
         launched = 0
@@ -231,32 +222,20 @@ class Decoder:
             pending.append((now, -1 if copied else start + launched))
             launched += 1
             if len(pending) > LAG:
-                event, position = pending.popleft()
-                if late:
-                    event = pending[0][0]
-                reason, fed = self._consume(gen, event, position, fed)
-        if late and pending and reason is None:  # the last token is in no ring yet
-            self._last.copy_(step.argmax, non_blocking=True)
-            self._last_event.record()
+                reason, fed = self._consume(gen, pending.popleft(), fed)
         while pending and reason is None:
-            event, position = pending.popleft()
-            if late:
-                event, position = (pending[0][0], position) if pending else (-1, -1)
-            reason, fed = self._consume(gen, event, position, fed)
+            reason, fed = self._consume(gen, pending.popleft(), fed)
         slot.cache.length = len(slot.ids)  # steps launched past a finish are dropped
         return reason
 
     def _consume(
-        self, gen: Generation, event: int, position: int, fed: int
+        self, gen: Generation, done: tuple[int, int], fed: int
     ) -> tuple[FinishReason | None, int]:
-        """A replay's token, once `event` completed: from the host ring (at the position it
-        was fed at) or its copy (position -1; event -1: the late ring's last token)."""
-        if event < 0:
-            self._last_event.synchronize()
-            host = self._last[0]
-        else:
-            self._events[event].synchronize()
-            host = self._host[event][0] if position < 0 else self._ring_view[position % RING]
+        """The token of a replay, once its event completed: from the host ring (at the
+        position it was fed at) or its copy."""
+        event, position = done
+        self._events[event].synchronize()
+        host = self._host[event][0] if position < 0 else self._ring_view[position % RING]
         token = int(host)
         gen.slot.ids.append(fed)
         gen.decode_steps += 1

@@ -131,7 +131,6 @@ class TorchEngine:
             kernels=engine.kernels,
             screen_head=engine.screen_head,
             token_ring=engine.token_ring,
-            token_ring_at=engine.token_ring_at,
             threads=threads,
             banned_token_ids=PromptBuilder(self.profile.prompt, self.tokenizer).banned_token_ids(),
         )

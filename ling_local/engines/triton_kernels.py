@@ -239,8 +239,7 @@ def gate_up_silu(
     out = x.new_empty((t, inter))
     kw, desc, l2_bytes = _prepare("gate_up", x, w13)
     _paired_gemv_kernel[(triton.cdiv(inter, kw["BLOCK_N"]),)](
-        x, w13, desc, x, out, x, x, x, x, x, oacc if oacc is not None else x, x, x, t, k, inter,
-        eps,
+        x, w13, desc, x, out, x, x, x, x, x, oacc if oacc is not None else x, t, k, inter, eps,
         0, l2_bytes, ROPE_KV=False, HAS_BIAS=False, ADD_ACC=oacc is not None, N_HEADS=1,
         N_KV=1, HEAD_DIM=2, **kw,
     )  # fmt: skip
@@ -260,19 +259,10 @@ def qkv_rope_kv(
     n_kv: int,
     head_dim: int,
     eps: float,
-    ring: torch.Tensor | None = None,
-    tokens: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Rotated q [T, n_heads * head_dim] of rmsnorm(x) (the norm folded into wqkv);
-    rotated k and v written into the caches. With `ring` (T = 1, the first layer of a
-    chaining step) the kernel also stores tokens[0], the previous step's token, into the
-    ring at (pos - 1) % len(ring) (`_paired_gemv_kernel`'s RING)."""
+    rotated k and v written into the caches."""
     t, k = x.shape
-    ring_len = 0
-    if ring is not None:
-        if tokens is None or t != 1:
-            raise ValueError("the token ring is written by a one-token step's first layer")
-        ring, ring_len = _token_ring(ring, True, t, x.device)
     q = x.new_empty((t, n_heads * head_dim))
     kw, desc, l2_bytes = _prepare("qkv", x, wqkv, max_block_n=head_dim // 2)
     if (head_dim // 2) % kw["BLOCK_N"]:
@@ -280,10 +270,9 @@ def qkv_rope_kv(
     grid = ((n_heads + 2 * n_kv) * (head_dim // 2 // kw["BLOCK_N"]),)
     _paired_gemv_kernel[grid](
         x, wqkv, desc, bias if bias is not None else x, q, k_cache, v_cache, cos, sin, pos, x,
-        ring if ring is not None else x, tokens if tokens is not None else x,
         t, k, 0, eps, k_cache.shape[1], l2_bytes,
         ROPE_KV=True, HAS_BIAS=bias is not None, ADD_ACC=False, N_HEADS=n_heads, N_KV=n_kv,
-        HEAD_DIM=head_dim, RING=ring_len, **kw,
+        HEAD_DIM=head_dim, **kw,
     )  # fmt: skip
     return q
 
@@ -353,7 +342,6 @@ def triton_step(
     chain: bool = False,
     screen: ScreenHead | None = None,
     ring: torch.Tensor | None = None,
-    ring_at: str = "next",
 ) -> tuple[torch.Tensor | None, torch.Tensor]:
     """`cuda_graphs._step` with these kernels: at T = 1 (PERSISTENT.enabled, stacked
     weights) one persistent launch for every layer (`triton_persistent`) and one for the
@@ -362,14 +350,8 @@ def triton_step(
     kernels read `pos` and mask themselves). With `chain` the step also advances itself (tokens =
     argmax, pos += T). With `screen` (T = 1, `triton_setup.screen_head`) the head is the
     exact int8 screen (`lm_head_screened`): the same argmax, no logits (None). With `ring`
-    (chain, T = 1) each token goes to ring[pos % len(ring)], mapped host memory on a GPU:
-    `ring_at` "head", by the head's last CTA (`lm_head_argmax`; the ring is returned as the
-    argmax); "next", a step late, by the next step's first kernel (`qkv_rope_kv`), so the
-    step ends without waiting for a store to the host (the argmax returned is the device's)."""
-    if ring_at not in ("head", "next"):
-        raise ValueError(f"ring_at {ring_at!r} is not 'head' or 'next'")
-    if ring is not None and not chain:
-        raise ValueError("a token ring takes a chaining one-token step")
+    (chain, T = 1) each token goes to ring[pos % len(ring)], mapped host memory on a GPU
+    (`lm_head_argmax`), and the ring is returned as the argmax."""
     if not w.norms_folded:
         raise ValueError("the Triton step takes weights with folded norms (fold_norms)")
     if scratch is None:
@@ -377,8 +359,6 @@ def triton_step(
     if screen is not None and tokens.shape[0] != 1:
         raise ValueError("the screened head takes one token")
     if tokens.shape[0] == 1 and PERSISTENT.enabled and persistent_ready(w) is None:
-        if ring is not None and ring_at == "next":
-            raise ValueError("the persistent layers kernel writes no token ring")
         x = persistent_layers(w, k_cache, v_cache, tokens, pos, scratch)
         return _head(x, w, scratch, tokens, pos, chain, screen, ring)
     x = F.embedding(tokens, w.embed)  # the residual stream, updated in place
@@ -386,11 +366,10 @@ def triton_step(
     fuse_o = tokens.shape[0] == 1 and ATTN["attn"].fuse_o
     oacc = scratch.get("oacc", (1, x.shape[1]), torch.float32, fill=0.0) if fuse_o else None
     counters = attention_o_counters(scratch, nkv) if fuse_o else None
-    late = ring if ring_at == "next" else None
     for i, layer in enumerate(w.layers):
         q = qkv_rope_kv(
             x, layer.wqkv, layer.bqkv, k_cache[i], v_cache[i], w.cos, w.sin, pos,
-            nh, nkv, hd, eps, late if i == 0 else None, tokens,
+            nh, nkv, hd, eps,
         )  # fmt: skip
         if fuse_o:
             attention_o(q, k_cache[i], v_cache[i], pos, layer.wo, oacc, nh, nkv, hd, scratch)
@@ -399,7 +378,7 @@ def triton_step(
             gemv(attn, layer.wo, "o", residual=x, scratch=scratch)
         act = gate_up_silu(x, layer.w13, eps, oacc)
         gemv(act, layer.w2, "down", residual=x, scratch=scratch, oacc=oacc, counters=counters)
-    return _head(x, w, scratch, tokens, pos, chain, screen, None if late is not None else ring)
+    return _head(x, w, scratch, tokens, pos, chain, screen, ring)
 
 
 def _head(x, w, scratch, tokens, pos, chain, screen, ring=None):

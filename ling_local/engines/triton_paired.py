@@ -36,8 +36,6 @@ def _paired_gemv_kernel(
     sin_ptr,
     pos_ptr,
     oacc_ptr,
-    ring_ptr,
-    tokens_ptr,
     T,
     K,
     N_OUT,
@@ -60,7 +58,6 @@ def _paired_gemv_kernel(
     STAGES: tl.constexpr,
     USE_PDL: tl.constexpr,
     ON_GPU: tl.constexpr,
-    RING: tl.constexpr = 0,
 ):
     """RMSNorm(x) @ W^T for two row blocks a and b = a + PAIR, combined in the epilogue
     (W has the norm's weight folded in: the kernel scales by 1/rms(x) after the sums).
@@ -74,11 +71,6 @@ def _paired_gemv_kernel(
     before the PDL wait. TMA: both blocks' tiles through `w_desc`, as in `_gemv_kernel`.
     ADD_ACC (T = 1; gate/up after `_attn_o_kernel`): the input is x + round(oacc), rounded,
     the residual after the O projection whose fp32 sums are in oacc.
-    RING > 0 (ROPE_KV, T = 1, the first layer of a chaining step): the token ring
-    (`triton_kernels._token_ring`) is written here, a step late: CTA 0 stores the input
-    token, which the previous step's head produced from position pos - 1, at
-    ring[(pos - 1) % RING], before the PDL wait; the mapped store is then long done when
-    this kernel ends, instead of holding back the end of the step that made the token.
     """
     DT: tl.constexpr = x_ptr.dtype.element_ty
     _pdl_start(USE_PDL)
@@ -122,9 +114,6 @@ def _paired_gemv_kernel(
         # head: kernels that completed before this step's first one), the tables are
         # constant: read before the wait, not after the loop.
         pos = tl.load(pos_ptr)
-        if RING > 0:  # noqa: SIM102 (a constexpr branch)
-            if pid == 0:
-                tl.store(ring_ptr + (pos + RING - 1) % RING, tl.load(tokens_ptr))
         p = pos + offs_t  # [BLOCK_T]
         inside = m2 & (p < MAX_LEN)[:, None]  # a step replayed past the cache writes nothing
         # q and k heads rotate (the head as a tensor: the interpreter takes no scalar mask)
