@@ -74,9 +74,10 @@ class AttnConfig:
     cores, as a verify does, instead of broadcast-and-sum on the CUDA cores (whose
     cross-thread reductions are the partial's critical path). Measured on the H200 in the
     layer chain (docs/bench/attn_ablation_h200_run2.json): 46.0 us a layer against 49.3."""
-    l2_prefetch: bool = False
+    l2_prefetch: bool = True
     """Prefetch the split's older keys and values past the first tile to L2 before the
-    PDL wait."""
+    PDL wait. On: with the tensor-core path, the step took 0.8041 ms against 0.8063 off
+    (`--tune-step --space attn`, H200, 2026-12-02, docs/bench/attn_tune_h200_run1.json)."""
     fuse_o: bool = False
     """T = 1: the O projection in the attention's launch (`_attn_o_kernel`: every split
     CTA combines its kv head's splits after a counter barrier and adds its slice of the
