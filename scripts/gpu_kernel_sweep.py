@@ -283,7 +283,7 @@ def main() -> int:
     save()
     if args.tune_step:
         try:
-            smoke = [("o", "l2_prefetch", [1.0]), ("attn", "l2_prefetch", [True]),
+            smoke = [("o", "l2_prefetch", [1.0]), ("attn", "l2_prefetch", [False, True]),
                      ("settings", "early_trigger", [True])]  # fmt: skip
             result["tune_step"] = (
                 tune_step(fx, smoke, reps=5)

@@ -51,7 +51,7 @@ def step_ms(fx: Fixture, t: int, kernels: str, reps: int = 60) -> float:
 STEP_SPACE: list[tuple[str, str, list]] = [
     ("attn", "block_l", [16]),
     ("attn", "num_warps", [8]),
-    ("attn", "l2_prefetch", [True]),
+    ("attn", "l2_prefetch", [False, True]),
     ("o", "l2_prefetch", [0.5, 1.0]),
     ("qkv", "l2_prefetch", [0.5, 1.0]),
     ("gate_up", "l2_prefetch", [0.125, 0.25, 0.5]),
@@ -120,7 +120,7 @@ PERSISTENT_SPACE: list[tuple[str, str, list]] = [
 # fractions of the kernels around it, then the unfused kernels against it.
 FUSE_SPACE: list[tuple[str, str, list]] = [
     ("attn", "block_l", [16]),
-    ("attn", "l2_prefetch", [True]),
+    ("attn", "l2_prefetch", [False, True]),
     ("gate_up", "l2_prefetch", [0.125, 0.25]),
     ("qkv", "l2_prefetch", [0.0, 1.0]),
     ("down", "l2_prefetch", [0.0, 0.25]),
@@ -209,7 +209,7 @@ ATTN_SPACE: list[tuple[str, str, list]] = [
     ("attn", "splits", [24, 48]),
     ("attn", "num_warps", [2]),
     ("attn", "block_l", [16, 64]),
-    ("attn", "l2_prefetch", [True]),
+    ("attn", "l2_prefetch", [False, True]),
     ("qkv", "l2_prefetch", [0.25, 1.0]),
     ("o", "l2_prefetch", [0.5]),
     ("attn", "tensor_cores", [False]),
