@@ -292,7 +292,9 @@ def main() -> int:
                     fx,
                     SPACES[args.space],
                     reps=200,
-                    kernels="triton-screen" if args.space in ("screen", "attn") else "triton",
+                    kernels="triton-screen"
+                    if args.space in ("screen", "attn", "keep")
+                    else "triton",
                 )
             )
             (args.out / "best.json").write_text(

@@ -215,7 +215,21 @@ ATTN_SPACE: list[tuple[str, str, list]] = [
     ("attn", "tensor_cores", [False]),
 ]
 
+# Weights kept in the L2 from one step to the next (`GemvConfig.l2_keep`, evict_last loads
+# for the first CTAs of every layer's launch), in the greedy graph: the fractions are of
+# each kind's bytes over the 16 layers of the 1B shape (gate/up 1072 MB, down 537, QKV 201,
+# O 134), against a 50 MB L2 that the head's and QKV's bulk prefetches also use.
+KEEP_SPACE: list[tuple[str, str, list]] = [
+    ("gate_up", "l2_keep", [0.01, 0.02, 0.03]),
+    ("down", "l2_keep", [0.02, 0.04]),
+    ("qkv", "l2_keep", [0.0625, 0.125]),
+    ("o", "l2_keep", [0.125, 0.25]),
+    ("gate_up", "l2_keep", [0.0, 0.01, 0.02, 0.03]),
+    ("lm_screen", "l2_prefetch", [0.0, 0.03125]),
+]
+
 SPACES = {
+    "keep": KEEP_SPACE,
     "attn": ATTN_SPACE,
     "screen": SCREEN_SPACE,
     "step": STEP_SPACE,

@@ -280,6 +280,48 @@ def test_l2_prefetch_changes_nothing(tk, monkeypatch) -> None:
         assert torch.equal(a, b)
 
 
+@pytest.mark.parametrize("prefetch", [True, False])
+def test_l2_keep_changes_nothing(tk, monkeypatch, prefetch: bool) -> None:
+    """The GEMVs with part of their CTAs keeping their weight tiles in the L2 (`l2_keep`:
+    evict_last loads, the others evict_first) give what they give streaming all of them,
+    bit for bit: the kept CTAs run the same loop with another cache hint. Checked with
+    and without the register prefetch of the next tile, for the plain GEMV (o, with a
+    residual, and down-like without), the paired ones (QKV with RoPE and the KV write,
+    gate/up) and a keep fraction that leaves a partial split of the CTAs."""
+    torch.manual_seed(9)
+    nh, nkv, hd, max_len, pos = 4, 2, 32, 64, 30
+    x, res = _randn(1, 128), _randn(1, 100)
+    w, w13 = _randn(100, 128, scale=0.05), _randn(2 * 200, 128, scale=0.05)
+    wqkv = _randn((nh + 2 * nkv) * hd, 128, scale=0.1)
+    angles = torch.arange(max_len, device=DEV)[:, None] * torch.rand(hd // 2, device=DEV)
+    angles = torch.cat([angles, angles], dim=-1)
+    cos, sin = angles.cos().to(BF16), angles.sin().to(BF16)
+    p = torch.tensor([pos], device=DEV)
+    kc0 = _randn(nkv, max_len, hd)
+
+    def run(keep: float) -> list[torch.Tensor]:
+        for name, n in (("o", 16), ("down", 16), ("gate_up", 16), ("qkv", 8)):
+            monkeypatch.setitem(tk.CONFIGS, name, tk.GemvConfig(
+                block_n=n, block_k=32, prefetch=prefetch, l2_keep=keep))  # fmt: skip
+        kc, vc = kc0.clone(), kc0.flip(-1).contiguous()
+        q = tk.qkv_rope_kv(x, wqkv, None, kc, vc, cos, sin, p, nh, nkv, hd, 1e-5)
+        return [
+            q, kc, vc,
+            tk.gemv(x, w, "o", residual=res.clone()),
+            tk.gemv(x, w, "down", normed=True, eps=1e-5),
+            tk.gate_up_silu(x, w13, 1e-6),
+        ]  # fmt: skip
+
+    streamed = run(0.0)
+    for keep in (0.3, 1.0):
+        for a, b in zip(streamed, run(keep), strict=True):
+            assert torch.equal(a, b)
+    kw, _, _ = tk._prepare("gate_up", x, w13, paired=True)
+    assert kw["KEEP"] and kw["keep_ctas"] == 13  # 1.0 of cdiv(200, 16)
+    with pytest.raises(ValueError, match="l2_keep"):
+        tk.GemvConfig(block_n=4, block_k=32, l2_keep=1.5)
+
+
 @pytest.mark.parametrize("kernel", ["o", "gate_up", "qkv", "lm_head"])
 def test_tma_weight_tiles(tk, monkeypatch, kernel: str) -> None:
     """T = 1 with the weights through TMA descriptors (a partial last row block, split-K

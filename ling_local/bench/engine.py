@@ -125,6 +125,7 @@ def ours(
     kernels: str = "torch",
     screen_head: bool = True,
     token_ring: bool = True,
+    ring_poll: bool = False,
     name: str = "ling-local engine",
 ) -> tuple[Row, list[int], dict]:
     from ling_local.config import profile_from_dict
@@ -157,6 +158,7 @@ def ours(
         engine = TorchEngine(profile)
         t0 = time.perf_counter()
         await engine.start()
+        engine.decoder.ring_poll = ring_poll
         await engine_stream(engine, prompt, min(new_tokens, 32))  # capture/compile
         warm = time.perf_counter() - t0
         tpots, ttfts, ids, stats = [], [], [], None
@@ -167,7 +169,9 @@ def ours(
             tpots.append((stamps[-1] - stamps[0]) / (len(stamps) - 1) * 1e3)
         extra = {"accept_length": stats.accept_length, "verify_steps": stats.verify_steps}
         if device == "cuda" and not compile_step:  # compiling more step sizes costs minutes
-            extra["graph_step_ms"] = await asyncio.to_thread(_time_graph_steps, engine, (1, 5, 9))
+            extra["graph_step_ms"] = await asyncio.to_thread(
+                _time_graph_steps, engine, (1, 5, 9), len(prompt) + new_tokens // 2
+            )
         await engine.stop()
         note = f"start+warm-up {warm:.0f}s"
         if stats.accept_length:
@@ -181,20 +185,23 @@ def ours(
     return asyncio.run(main())
 
 
-def _time_graph_steps(engine: Any, sizes: tuple[int, ...]) -> dict[Any, float]:
+def _time_graph_steps(engine: Any, sizes: tuple[int, ...], at: int = 0) -> dict[Any, float]:
     """Replay time of the captured step for T tokens: what one decode (T=1, the full head,
     sampling's) or one speculative verify (T=k+1) costs on this model; "greedy": the
     greedy decode graph the engine's bursts replay (screened head, token ring, as the
-    profile sets them), back to back."""
+    profile sets them), back to back from position 0, and "greedy@<at>" from position
+    `at` (the middle of the bench's decode: its attention reads as much context)."""
     decoder = engine.decoder
     slot = decoder.cache.slots[0]
-    graphs = [(t, decoder._graph(slot, t)) for t in sizes]
-    graphs.append(("greedy", decoder._graph(slot, 1, True)))
+    graphs = [(t, decoder._graph(slot, t), 0) for t in sizes]
+    graphs.append(("greedy", decoder._graph(slot, 1, True), 0))
+    if at:
+        graphs.append((f"greedy@{at}", decoder._graph(slot, 1, True), at))
     out = {}
     with torch.inference_mode():
-        for key, step in graphs:
+        for key, step, pos0 in graphs:
             for _ in range(5):
-                step.load(list(range(3, 3 + step.t)), 0)  # chaining graphs move on
+                step.load(list(range(3, 3 + step.t)), pos0)  # chaining graphs move on
                 step.replay()
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
@@ -338,6 +345,12 @@ def run_engine_bench(
                     kernels="triton",
                     token_ring=False,
                     name="ling-local engine, Triton kernels, a token copy a step",
+                )
+            elif variant == "triton-poll":
+                kw = dict(
+                    kernels="triton",
+                    ring_poll=True,
+                    name="ling-local engine, Triton kernels, the ring polled (no events)",
                 )
             elif variant == "prompt-lookup-triton":
                 kw = dict(

@@ -128,14 +128,31 @@ def _load_x(x_ptr, offs_t, t_mask, offs_k, k_mask, K):
 
 
 @triton.jit
-def _w_tile(rows, offs_k, n_mask, k_end):
-    """A [rows, BLOCK_K] tile of weights, streamed past the cache (read once a step)."""
+def _w_tile(rows, offs_k, n_mask, k_end, EVICT: tl.constexpr = "evict_first"):
+    """A [rows, BLOCK_K] tile of weights, streamed past the cache (read once a step), or
+    with EVICT = "evict_last" kept in the L2 across steps (`GemvConfig.l2_keep`)."""
     return tl.load(
         rows + offs_k[None, :],
         mask=n_mask[:, None] & (offs_k[None, :] < k_end),
         other=0.0,
-        eviction_policy="evict_first",
+        eviction_policy=EVICT,
     )
+
+
+@triton.jit
+def _first_tile(rows, k_start, n_mask, k_end, pid, keep_ctas, BLOCK_K: tl.constexpr,
+                KEEP: tl.constexpr):  # fmt: skip
+    """A GEMV's first weight tile, loaded before its PDL wait: evict_last for the CTAs
+    whose tiles stay in the L2 (KEEP, pid < keep_ctas), else streamed."""
+    offs_k = k_start + tl.arange(0, BLOCK_K)
+    if KEEP:
+        if pid < keep_ctas:
+            w = _w_tile(rows, offs_k, n_mask, k_end, "evict_last")
+        else:
+            w = _w_tile(rows, offs_k, n_mask, k_end)
+    else:
+        w = _w_tile(rows, offs_k, n_mask, k_end)
+    return w
 
 
 @triton.jit

@@ -25,6 +25,7 @@ import triton.language as tl
 from ling_local.engines.triton_common import (
     _accumulate,
     _argmax_key,
+    _first_tile,
     _l2_prefetch,
     _load_x,
     _pdl_start,
@@ -78,6 +79,8 @@ def _gemv_kernel(
     N_COUNT: tl.constexpr = 0,
     SCREEN: tl.constexpr = False,
     RING: tl.constexpr = 0,
+    keep_ctas=0,
+    KEEP: tl.constexpr = False,
 ):
     """out[t, n] = (res[t, n] +) round(s[t] * sum_k x[t, k] * w[n, k]); s = 1/rms(x[t]) if
     NORM (w has the norm's weight folded in), else 1. With SPLIT_K > 1 each CTA stores its
@@ -93,7 +96,9 @@ def _gemv_kernel(
     SCREEN (T = 1, NORM; the output head's int8 screen, `triton_screen`): w is the int8
     copy of the head (stored + 128 as uint8), scale / slack its per-row constants; the epilogue stores each row's
     upper bound into out (fp32) and folds the largest lower bound into key (int32, one
-    atomic max a CTA) instead of rounding. RING: `_publish_argmax`'s token ring."""
+    atomic max a CTA) instead of rounding. RING: `_publish_argmax`'s token ring.
+    KEEP (register loads): the weight tiles of CTAs pid_n < keep_ctas load as evict_last,
+    so they stay in the L2 from one step to the next (`GemvConfig.l2_keep`)."""
     DT: tl.constexpr = out_ptr.dtype.element_ty
     _pdl_start(USE_PDL)
     pid_n = tl.program_id(0)
@@ -112,7 +117,9 @@ def _gemv_kernel(
         nbytes = tl.minimum(l2_bytes, rows_here.to(tl.int64) * row_bytes).to(tl.int32)
         _l2_prefetch(w_ptr + (pid_n * BLOCK_N).to(tl.int64) * K, nbytes, ON_GPU)
     if PREFETCH and not TMA:  # the first weight tile does not depend on the previous kernel
-        w = _w_tile(w_rows, k_start + tl.arange(0, BLOCK_K), n_mask, k_end)
+        w0 = _first_tile(w_rows, k_start, n_mask, k_end, pid_n, keep_ctas, BLOCK_K, KEEP)
+    else:
+        w0 = w_ptr  # unused
     offs = offs_t[:, None] * N + offs_n[None, :]
     m = t_mask[:, None] & n_mask[None, :]
     if ARGMAX or SCREEN:  # constant: read before the wait
@@ -145,23 +152,22 @@ def _gemv_kernel(
             acc, acc_dot = _accumulate(acc, acc_dot, x, w, USE_DOT, DT, ON_GPU)
             if NORM and not USE_DOT:
                 ss += x * x
+    elif KEEP:  # the first keep_ctas CTAs' tiles stay in the L2 across steps
+        if pid_n < keep_ctas:
+            acc, acc_dot, ss = _gemv_loop(
+                w0, w_rows, x_ptr, offs_t, t_mask, n_mask, k_start, k_len, k_end, K, acc,
+                acc_dot, ss, BLOCK_K, NORM, USE_DOT, PREFETCH, SCREEN, DT, ON_GPU, "evict_last",
+            )  # fmt: skip
+        else:
+            acc, acc_dot, ss = _gemv_loop(
+                w0, w_rows, x_ptr, offs_t, t_mask, n_mask, k_start, k_len, k_end, K, acc,
+                acc_dot, ss, BLOCK_K, NORM, USE_DOT, PREFETCH, SCREEN, DT, ON_GPU, "evict_first",
+            )  # fmt: skip
     else:
-        for k0 in range(k_start, k_start + k_len, BLOCK_K):
-            offs_k = k0 + tl.arange(0, BLOCK_K)
-            x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < k_end, K)
-            # PREFETCH: the next tile is in flight while this one is multiplied; else a
-            # plain loop, left to Triton's pipelining (num_stages) and the occupancy.
-            if PREFETCH:
-                w_next = _w_tile(w_rows, offs_k + BLOCK_K, n_mask, k_end)
-            else:
-                w = _w_tile(w_rows, offs_k, n_mask, k_end)
-            if SCREEN:
-                w = _u8_as_f32(w, ON_GPU)
-            acc, acc_dot = _accumulate(acc, acc_dot, x, w, USE_DOT, DT, ON_GPU)
-            if NORM and not USE_DOT:
-                ss += x * x
-            if PREFETCH:
-                w = w_next
+        acc, acc_dot, ss = _gemv_loop(
+            w0, w_rows, x_ptr, offs_t, t_mask, n_mask, k_start, k_len, k_end, K, acc, acc_dot,
+            ss, BLOCK_K, NORM, USE_DOT, PREFETCH, SCREEN, DT, ON_GPU, "evict_first",
+        )  # fmt: skip
     if USE_DOT:  # noqa: SIM108 (a constexpr branch; Triton compiles only one side)
         y = acc_dot
     else:
@@ -190,6 +196,35 @@ def _gemv_kernel(
             )  # fmt: skip
     else:
         tl.store(part_ptr + pid_k * T * N + offs, y, mask=m)
+
+
+@triton.jit
+def _gemv_loop(
+    w, w_rows, x_ptr, offs_t, t_mask, n_mask, k_start, k_len, k_end, K, acc, acc_dot, ss,
+    BLOCK_K: tl.constexpr, NORM: tl.constexpr, USE_DOT: tl.constexpr, PREFETCH: tl.constexpr,
+    SCREEN: tl.constexpr, DT: tl.constexpr, ON_GPU: tl.constexpr, EVICT: tl.constexpr,
+):  # fmt: skip
+    """`_gemv_kernel`'s loop over its K range with register loads of the weight tiles
+    (evicted as EVICT), from the first tile w (PREFETCH): the running sums and the sum of
+    squares of x (NORM)."""
+    for k0 in range(k_start, k_start + k_len, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < k_end, K)
+        # PREFETCH: the next tile is in flight while this one is multiplied; else a plain
+        # loop, left to Triton's pipelining (num_stages) and the occupancy.
+        if PREFETCH:
+            w_next = _w_tile(w_rows, offs_k + BLOCK_K, n_mask, k_end, EVICT)
+            tile = w
+        else:
+            tile = _w_tile(w_rows, offs_k, n_mask, k_end, EVICT)
+        if SCREEN:
+            tile = _u8_as_f32(tile, ON_GPU)
+        acc, acc_dot = _accumulate(acc, acc_dot, x, tile, USE_DOT, DT, ON_GPU)
+        if NORM and not USE_DOT:
+            ss += x * x
+        if PREFETCH:
+            w = w_next
+    return acc, acc_dot, ss
 
 
 @triton.jit

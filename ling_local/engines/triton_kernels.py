@@ -237,7 +237,7 @@ def gate_up_silu(
         raise ValueError("oacc takes T = 1")
     inter = w13.shape[0] // 2
     out = x.new_empty((t, inter))
-    kw, desc, l2_bytes = _prepare("gate_up", x, w13)
+    kw, desc, l2_bytes = _prepare("gate_up", x, w13, paired=True)
     _paired_gemv_kernel[(triton.cdiv(inter, kw["BLOCK_N"]),)](
         x, w13, desc, x, out, x, x, x, x, x, oacc if oacc is not None else x, t, k, inter, eps,
         0, l2_bytes, ROPE_KV=False, HAS_BIAS=False, ADD_ACC=oacc is not None, N_HEADS=1,
@@ -264,7 +264,7 @@ def qkv_rope_kv(
     rotated k and v written into the caches."""
     t, k = x.shape
     q = x.new_empty((t, n_heads * head_dim))
-    kw, desc, l2_bytes = _prepare("qkv", x, wqkv, max_block_n=head_dim // 2)
+    kw, desc, l2_bytes = _prepare("qkv", x, wqkv, max_block_n=head_dim // 2, paired=True)
     if (head_dim // 2) % kw["BLOCK_N"]:
         raise ValueError(f"qkv block_n {kw['BLOCK_N']} does not divide head_dim/2")
     grid = ((n_heads + 2 * n_kv) * (head_dim // 2 // kw["BLOCK_N"]),)

@@ -99,11 +99,17 @@ def _weights(weight: torch.Tensor, tiles: dict) -> torch.Tensor | object:
 
 
 def _prepare(
-    name: str, x: torch.Tensor, weight: torch.Tensor, split: int = 1, max_block_n: int | None = None
+    name: str,
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    split: int = 1,
+    max_block_n: int | None = None,
+    paired: bool = False,
 ) -> tuple[dict, object, int]:
     """A GEMV launch of kernel `name` on x [T, K]: its constexprs and launch options (tiles,
-    PDL, `L2`, `ON_GPU`), its `w_desc` argument and its `l2_bytes`, the L2 prefetch per row
-    block (a 16-byte multiple; none at split-K or with nothing to overlap)."""
+    PDL, `L2`, `ON_GPU`, and with `l2_keep` `KEEP` and `keep_ctas`), its `w_desc` argument
+    and its `l2_bytes`, the L2 prefetch per row block (a 16-byte multiple; none at split-K
+    or with nothing to overlap). `paired`: a CTA reads two row blocks (QKV, gate/up)."""
     t, k = x.shape
     tiles = _tiles(name, t, k, max_block_n)
     launch = _launch(x)
@@ -111,7 +117,11 @@ def _prepare(
     cfg = CONFIGS[name] if t == 1 else VERIFY_CONFIGS[name]
     nbytes = int(cfg.l2_prefetch * tiles["BLOCK_N"] * k * weight.element_size()) // 16 * 16
     on = nbytes > 0 and split == 1 and _overlaps(launch, x)
-    return {**tiles, **launch, "L2": on, "ON_GPU": _on_gpu(x)}, desc, nbytes if on else 0
+    kw = {**tiles, **launch, "L2": on, "ON_GPU": _on_gpu(x)}
+    if t == 1 and cfg.l2_keep > 0 and split == 1 and not tiles["TMA"]:
+        ctas = -(-weight.shape[0] // (tiles["BLOCK_N"] * (2 if paired else 1)))
+        kw.update(KEEP=True, keep_ctas=max(1, round(cfg.l2_keep * ctas)))
+    return kw, desc, nbytes if on else 0
 
 
 @dataclass(eq=False)

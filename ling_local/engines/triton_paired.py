@@ -11,6 +11,7 @@ import triton.language as tl
 
 from ling_local.engines.triton_common import (
     _accumulate,
+    _first_tile,
     _l2_prefetch,
     _load_x,
     _pdl_start,
@@ -58,6 +59,8 @@ def _paired_gemv_kernel(
     STAGES: tl.constexpr,
     USE_PDL: tl.constexpr,
     ON_GPU: tl.constexpr,
+    keep_ctas=0,
+    KEEP: tl.constexpr = False,
 ):
     """RMSNorm(x) @ W^T for two row blocks a and b = a + PAIR, combined in the epilogue
     (W has the norm's weight folded in: the kernel scales by 1/rms(x) after the sums).
@@ -71,6 +74,8 @@ def _paired_gemv_kernel(
     before the PDL wait. TMA: both blocks' tiles through `w_desc`, as in `_gemv_kernel`.
     ADD_ACC (T = 1; gate/up after `_attn_o_kernel`): the input is x + round(oacc), rounded,
     the residual after the O projection whose fp32 sums are in oacc.
+    KEEP (register loads): CTAs pid < keep_ctas load their tiles as evict_last, so they stay
+    in the L2 from one step to the next (`GemvConfig.l2_keep`).
     """
     DT: tl.constexpr = x_ptr.dtype.element_ty
     _pdl_start(USE_PDL)
@@ -103,8 +108,11 @@ def _paired_gemv_kernel(
         _l2_prefetch(w_ptr + first_a.to(tl.int64) * K, nbytes, ON_GPU)
         _l2_prefetch(w_ptr + (first_a + gap).to(tl.int64) * K, nbytes, ON_GPU)
     if PREFETCH and not TMA:  # the first weight tiles do not depend on the previous kernel
-        wa = _w_tile(a_rows, tl.arange(0, BLOCK_K), n_mask, K)
-        wb = _w_tile(b_rows, tl.arange(0, BLOCK_K), n_mask, K)
+        wa0 = _first_tile(a_rows, 0, n_mask, K, pid, keep_ctas, BLOCK_K, KEEP)
+        wb0 = _first_tile(b_rows, 0, n_mask, K, pid, keep_ctas, BLOCK_K, KEEP)
+    else:
+        wa0 = w_ptr  # unused
+        wb0 = w_ptr
     m2 = t_mask[:, None] & n_mask[None, :]
     if HAS_BIAS:  # constant: read before the wait
         bias_a = tl.load(bias_ptr + rows_a, mask=n_mask, other=0.0).to(tl.float32)[None, :]
@@ -142,26 +150,24 @@ def _paired_gemv_kernel(
             acc_b, dot_b = _accumulate(acc_b, dot_b, x, wb, USE_DOT, DT, ON_GPU)
             if not USE_DOT:
                 ss += x * x
+    elif KEEP:  # the first keep_ctas CTAs' tiles stay in the L2 across steps
+        if pid < keep_ctas:
+            acc_a, acc_b, dot_a, dot_b, ss = _paired_loop(
+                wa0, wb0, a_rows, b_rows, x_ptr, oacc_ptr, offs_t, t_mask, n_mask, K, acc_a,
+                acc_b, dot_a, dot_b, ss, BLOCK_K, ADD_ACC, USE_DOT, PREFETCH, DT, ON_GPU,
+                "evict_last",
+            )  # fmt: skip
+        else:
+            acc_a, acc_b, dot_a, dot_b, ss = _paired_loop(
+                wa0, wb0, a_rows, b_rows, x_ptr, oacc_ptr, offs_t, t_mask, n_mask, K, acc_a,
+                acc_b, dot_a, dot_b, ss, BLOCK_K, ADD_ACC, USE_DOT, PREFETCH, DT, ON_GPU,
+                "evict_first",
+            )  # fmt: skip
     else:
-        for k0 in range(0, K, BLOCK_K):
-            offs_k = k0 + tl.arange(0, BLOCK_K)
-            x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < K, K)
-            if ADD_ACC:
-                o_sum = _load_x(oacc_ptr, offs_t, t_mask, offs_k, offs_k < K, K)
-                x = _round(x + _round(o_sum, DT), DT)
-            if PREFETCH:  # as in _gemv_kernel
-                wa_next = _w_tile(a_rows, offs_k + BLOCK_K, n_mask, K)
-                wb_next = _w_tile(b_rows, offs_k + BLOCK_K, n_mask, K)
-            else:
-                wa = _w_tile(a_rows, offs_k, n_mask, K)
-                wb = _w_tile(b_rows, offs_k, n_mask, K)
-            acc_a, dot_a = _accumulate(acc_a, dot_a, x, wa, USE_DOT, DT, ON_GPU)
-            acc_b, dot_b = _accumulate(acc_b, dot_b, x, wb, USE_DOT, DT, ON_GPU)
-            if not USE_DOT:
-                ss += x * x
-            if PREFETCH:
-                wa = wa_next
-                wb = wb_next
+        acc_a, acc_b, dot_a, dot_b, ss = _paired_loop(
+            wa0, wb0, a_rows, b_rows, x_ptr, oacc_ptr, offs_t, t_mask, n_mask, K, acc_a, acc_b,
+            dot_a, dot_b, ss, BLOCK_K, ADD_ACC, USE_DOT, PREFETCH, DT, ON_GPU, "evict_first",
+        )  # fmt: skip
     if USE_DOT:
         a = dot_a
         b = dot_b
@@ -190,3 +196,36 @@ def _paired_gemv_kernel(
         gate = _round(a / (1.0 + tl.exp(-a)), DT)
         y = _round(gate * b, DT).to(DT)
         tl.store(out_ptr + offs_t[:, None] * N_OUT + rows_a[None, :], y, mask=m2)
+
+
+@triton.jit
+def _paired_loop(
+    wa, wb, a_rows, b_rows, x_ptr, oacc_ptr, offs_t, t_mask, n_mask, K, acc_a, acc_b, dot_a,
+    dot_b, ss, BLOCK_K: tl.constexpr, ADD_ACC: tl.constexpr, USE_DOT: tl.constexpr,
+    PREFETCH: tl.constexpr, DT: tl.constexpr, ON_GPU: tl.constexpr, EVICT: tl.constexpr,
+):  # fmt: skip
+    """`_paired_gemv_kernel`'s loop over K with register loads of both row blocks' tiles
+    (evicted as EVICT), from the first tiles wa, wb (PREFETCH): the running sums of both
+    blocks and the sum of squares of x."""
+    for k0 in range(0, K, BLOCK_K):
+        offs_k = k0 + tl.arange(0, BLOCK_K)
+        x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < K, K)
+        if ADD_ACC:
+            o_sum = _load_x(oacc_ptr, offs_t, t_mask, offs_k, offs_k < K, K)
+            x = _round(x + _round(o_sum, DT), DT)
+        if PREFETCH:  # as in _gemv_kernel
+            wa_next = _w_tile(a_rows, offs_k + BLOCK_K, n_mask, K, EVICT)
+            wb_next = _w_tile(b_rows, offs_k + BLOCK_K, n_mask, K, EVICT)
+            tile_a = wa
+            tile_b = wb
+        else:
+            tile_a = _w_tile(a_rows, offs_k, n_mask, K, EVICT)
+            tile_b = _w_tile(b_rows, offs_k, n_mask, K, EVICT)
+        acc_a, dot_a = _accumulate(acc_a, dot_a, x, tile_a, USE_DOT, DT, ON_GPU)
+        acc_b, dot_b = _accumulate(acc_b, dot_b, x, tile_b, USE_DOT, DT, ON_GPU)
+        if not USE_DOT:
+            ss += x * x
+        if PREFETCH:
+            wa = wa_next
+            wb = wb_next
+    return acc_a, acc_b, dot_a, dot_b, ss

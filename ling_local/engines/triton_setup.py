@@ -55,9 +55,15 @@ class GemvConfig:
     """Fraction of the CTA's weight slice asked of the L2 (a bulk prefetch, Hopper) before
     the PDL wait, so the weights stream while the previous kernel runs (0: none)."""
 
+    l2_keep: float = 0.0
+    """T = 1, register loads: fraction of the launch's CTAs (the first ones) whose weight
+    tiles load as evict_last, so they stay in the L2 from one step to the next and are not
+    read from HBM again; the rest stream as evict_first (0: all stream)."""
+
     def __post_init__(self) -> None:
-        if not 0.0 <= self.l2_prefetch <= 1.0:
-            raise ValueError(f"l2_prefetch {self.l2_prefetch} is not a fraction in [0, 1]")
+        for name in ("l2_prefetch", "l2_keep"):
+            if not 0.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} {getattr(self, name)} is not a fraction in [0, 1]")
 
 
 @dataclass(frozen=True, slots=True)
