@@ -128,15 +128,16 @@ def _load_x(x_ptr, offs_t, t_mask, offs_k, k_mask, K):
 
 
 @triton.jit
-def _w_tile(rows, offs_k, n_mask, k_end, EVICT: tl.constexpr = "evict_first"):
+def _w_tile(rows, offs_k, n_mask, k_end, KEPT: tl.constexpr = False):
     """A [rows, BLOCK_K] tile of weights, streamed past the cache (read once a step), or
-    with EVICT = "evict_last" kept in the L2 across steps (`GemvConfig.l2_keep`)."""
-    return tl.load(
-        rows + offs_k[None, :],
-        mask=n_mask[:, None] & (offs_k[None, :] < k_end),
-        other=0.0,
-        eviction_policy=EVICT,
-    )
+    with KEPT loaded as evict_last, kept in the L2 across steps (`GemvConfig.l2_keep`).
+    (A flag, not the policy's name: Triton 3.6 takes no strings into a jit call.)"""
+    mask = n_mask[:, None] & (offs_k[None, :] < k_end)
+    if KEPT:
+        w = tl.load(rows + offs_k[None, :], mask=mask, other=0.0, eviction_policy="evict_last")
+    else:
+        w = tl.load(rows + offs_k[None, :], mask=mask, other=0.0, eviction_policy="evict_first")
+    return w
 
 
 @triton.jit
@@ -147,7 +148,7 @@ def _first_tile(rows, k_start, n_mask, k_end, pid, keep_ctas, BLOCK_K: tl.conste
     offs_k = k_start + tl.arange(0, BLOCK_K)
     if KEEP:
         if pid < keep_ctas:
-            w = _w_tile(rows, offs_k, n_mask, k_end, "evict_last")
+            w = _w_tile(rows, offs_k, n_mask, k_end, True)
         else:
             w = _w_tile(rows, offs_k, n_mask, k_end)
     else:

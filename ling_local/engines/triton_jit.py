@@ -156,17 +156,17 @@ def _gemv_kernel(
         if pid_n < keep_ctas:
             acc, acc_dot, ss = _gemv_loop(
                 w0, w_rows, x_ptr, offs_t, t_mask, n_mask, k_start, k_len, k_end, K, acc,
-                acc_dot, ss, BLOCK_K, NORM, USE_DOT, PREFETCH, SCREEN, DT, ON_GPU, "evict_last",
+                acc_dot, ss, BLOCK_K, NORM, USE_DOT, PREFETCH, SCREEN, DT, ON_GPU, True,
             )  # fmt: skip
         else:
             acc, acc_dot, ss = _gemv_loop(
                 w0, w_rows, x_ptr, offs_t, t_mask, n_mask, k_start, k_len, k_end, K, acc,
-                acc_dot, ss, BLOCK_K, NORM, USE_DOT, PREFETCH, SCREEN, DT, ON_GPU, "evict_first",
+                acc_dot, ss, BLOCK_K, NORM, USE_DOT, PREFETCH, SCREEN, DT, ON_GPU, False,
             )  # fmt: skip
     else:
         acc, acc_dot, ss = _gemv_loop(
             w0, w_rows, x_ptr, offs_t, t_mask, n_mask, k_start, k_len, k_end, K, acc, acc_dot,
-            ss, BLOCK_K, NORM, USE_DOT, PREFETCH, SCREEN, DT, ON_GPU, "evict_first",
+            ss, BLOCK_K, NORM, USE_DOT, PREFETCH, SCREEN, DT, ON_GPU, False,
         )  # fmt: skip
     if USE_DOT:  # noqa: SIM108 (a constexpr branch; Triton compiles only one side)
         y = acc_dot
@@ -202,10 +202,10 @@ def _gemv_kernel(
 def _gemv_loop(
     w, w_rows, x_ptr, offs_t, t_mask, n_mask, k_start, k_len, k_end, K, acc, acc_dot, ss,
     BLOCK_K: tl.constexpr, NORM: tl.constexpr, USE_DOT: tl.constexpr, PREFETCH: tl.constexpr,
-    SCREEN: tl.constexpr, DT: tl.constexpr, ON_GPU: tl.constexpr, EVICT: tl.constexpr,
+    SCREEN: tl.constexpr, DT: tl.constexpr, ON_GPU: tl.constexpr, KEPT: tl.constexpr,
 ):  # fmt: skip
     """`_gemv_kernel`'s loop over its K range with register loads of the weight tiles
-    (evicted as EVICT), from the first tile w (PREFETCH): the running sums and the sum of
+    (evict_last if KEPT, else evict_first), from the first tile w (PREFETCH): the running sums and the sum of
     squares of x (NORM)."""
     for k0 in range(k_start, k_start + k_len, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
@@ -213,10 +213,10 @@ def _gemv_loop(
         # PREFETCH: the next tile is in flight while this one is multiplied; else a plain
         # loop, left to Triton's pipelining (num_stages) and the occupancy.
         if PREFETCH:
-            w_next = _w_tile(w_rows, offs_k + BLOCK_K, n_mask, k_end, EVICT)
+            w_next = _w_tile(w_rows, offs_k + BLOCK_K, n_mask, k_end, KEPT)
             tile = w
         else:
-            tile = _w_tile(w_rows, offs_k, n_mask, k_end, EVICT)
+            tile = _w_tile(w_rows, offs_k, n_mask, k_end, KEPT)
         if SCREEN:
             tile = _u8_as_f32(tile, ON_GPU)
         acc, acc_dot = _accumulate(acc, acc_dot, x, tile, USE_DOT, DT, ON_GPU)

@@ -155,18 +155,18 @@ def _paired_gemv_kernel(
             acc_a, acc_b, dot_a, dot_b, ss = _paired_loop(
                 wa0, wb0, a_rows, b_rows, x_ptr, oacc_ptr, offs_t, t_mask, n_mask, K, acc_a,
                 acc_b, dot_a, dot_b, ss, BLOCK_K, ADD_ACC, USE_DOT, PREFETCH, DT, ON_GPU,
-                "evict_last",
+                True,
             )  # fmt: skip
         else:
             acc_a, acc_b, dot_a, dot_b, ss = _paired_loop(
                 wa0, wb0, a_rows, b_rows, x_ptr, oacc_ptr, offs_t, t_mask, n_mask, K, acc_a,
                 acc_b, dot_a, dot_b, ss, BLOCK_K, ADD_ACC, USE_DOT, PREFETCH, DT, ON_GPU,
-                "evict_first",
+                False,
             )  # fmt: skip
     else:
         acc_a, acc_b, dot_a, dot_b, ss = _paired_loop(
             wa0, wb0, a_rows, b_rows, x_ptr, oacc_ptr, offs_t, t_mask, n_mask, K, acc_a, acc_b,
-            dot_a, dot_b, ss, BLOCK_K, ADD_ACC, USE_DOT, PREFETCH, DT, ON_GPU, "evict_first",
+            dot_a, dot_b, ss, BLOCK_K, ADD_ACC, USE_DOT, PREFETCH, DT, ON_GPU, False,
         )  # fmt: skip
     if USE_DOT:
         a = dot_a
@@ -202,10 +202,10 @@ def _paired_gemv_kernel(
 def _paired_loop(
     wa, wb, a_rows, b_rows, x_ptr, oacc_ptr, offs_t, t_mask, n_mask, K, acc_a, acc_b, dot_a,
     dot_b, ss, BLOCK_K: tl.constexpr, ADD_ACC: tl.constexpr, USE_DOT: tl.constexpr,
-    PREFETCH: tl.constexpr, DT: tl.constexpr, ON_GPU: tl.constexpr, EVICT: tl.constexpr,
+    PREFETCH: tl.constexpr, DT: tl.constexpr, ON_GPU: tl.constexpr, KEPT: tl.constexpr,
 ):  # fmt: skip
     """`_paired_gemv_kernel`'s loop over K with register loads of both row blocks' tiles
-    (evicted as EVICT), from the first tiles wa, wb (PREFETCH): the running sums of both
+    (evict_last if KEPT, else evict_first), from the first tiles wa, wb (PREFETCH): the running sums of both
     blocks and the sum of squares of x."""
     for k0 in range(0, K, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
@@ -214,13 +214,13 @@ def _paired_loop(
             o_sum = _load_x(oacc_ptr, offs_t, t_mask, offs_k, offs_k < K, K)
             x = _round(x + _round(o_sum, DT), DT)
         if PREFETCH:  # as in _gemv_kernel
-            wa_next = _w_tile(a_rows, offs_k + BLOCK_K, n_mask, K, EVICT)
-            wb_next = _w_tile(b_rows, offs_k + BLOCK_K, n_mask, K, EVICT)
+            wa_next = _w_tile(a_rows, offs_k + BLOCK_K, n_mask, K, KEPT)
+            wb_next = _w_tile(b_rows, offs_k + BLOCK_K, n_mask, K, KEPT)
             tile_a = wa
             tile_b = wb
         else:
-            tile_a = _w_tile(a_rows, offs_k, n_mask, K, EVICT)
-            tile_b = _w_tile(b_rows, offs_k, n_mask, K, EVICT)
+            tile_a = _w_tile(a_rows, offs_k, n_mask, K, KEPT)
+            tile_b = _w_tile(b_rows, offs_k, n_mask, K, KEPT)
         acc_a, dot_a = _accumulate(acc_a, dot_a, x, tile_a, USE_DOT, DT, ON_GPU)
         acc_b, dot_b = _accumulate(acc_b, dot_b, x, tile_b, USE_DOT, DT, ON_GPU)
         if not USE_DOT:
