@@ -220,12 +220,12 @@ ATTN_SPACE: list[tuple[str, str, list]] = [
 # each kind's bytes over the 16 layers of the 1B shape (gate/up 1072 MB, down 537, QKV 201,
 # O 134), against a 50 MB L2 that the head's and QKV's bulk prefetches also use.
 KEEP_SPACE: list[tuple[str, str, list]] = [
-    ("gate_up", "l2_keep", [0.01, 0.02, 0.03]),
-    ("down", "l2_keep", [0.02, 0.04]),
-    ("qkv", "l2_keep", [0.0625, 0.125]),
-    ("o", "l2_keep", [0.125, 0.25]),
-    ("gate_up", "l2_keep", [0.0, 0.01, 0.02, 0.03]),
-    ("lm_screen", "l2_prefetch", [0.0, 0.03125]),
+    ("qkv", "l2_keep", [0.0, 0.03125, 0.125]),
+    ("down", "l2_keep", [0.0, 0.01, 0.04]),
+    ("gate_up", "l2_keep", [0.01, 0.02]),
+    ("o", "l2_keep", [0.125]),
+    ("qkv", "l2_keep", [0.0, 0.0625]),
+    ("down", "l2_keep", [0.0, 0.02]),
 ]
 
 SPACES = {

@@ -118,20 +118,3 @@ def test_the_ring_is_refused_where_no_kernel_writes_it(runner) -> None:
         tk._token_ring(ring, False, 1, DEV)
     with pytest.raises(ValueError, match="1-D int64"):
         tk._token_ring(ring.int(), True, 1, DEV)
-
-
-def test_polling_the_ring_gives_the_same_tokens(runner, prompt_and_copied) -> None:
-    """`ring_poll`: the host reads each token once its ring entry is filled, with no event
-    between replays. A stop read while later steps are in flight ends at its token and
-    leaves no stale entry behind (they are emptied once landed), so the next generation,
-    over the same positions, reads its own tokens."""
-    prompt, want = prompt_and_copied
-    decoder = _decoder(runner, screen_head=False)
-    decoder.ring_poll = True
-    at = next(i for i in range(1, N) if want[i] not in want[:i])
-    got, reason, kv = _generate(runner, decoder, prompt, N, [want[at]])
-    assert (got, reason, kv) == (want[:at], "stop", 24 + at)
-    assert (decoder._ring == -1).all()  # every entry read or emptied
-    got, reason, kv = _generate(runner, decoder, prompt, N)
-    assert (got, reason, kv) == (want, "length", 24 + N - 1)
-    assert (decoder._ring == -1).all()

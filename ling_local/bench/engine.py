@@ -125,7 +125,6 @@ def ours(
     kernels: str = "torch",
     screen_head: bool = True,
     token_ring: bool = True,
-    ring_poll: bool = False,
     name: str = "ling-local engine",
 ) -> tuple[Row, list[int], dict]:
     from ling_local.config import profile_from_dict
@@ -158,7 +157,6 @@ def ours(
         engine = TorchEngine(profile)
         t0 = time.perf_counter()
         await engine.start()
-        engine.decoder.ring_poll = ring_poll
         await engine_stream(engine, prompt, min(new_tokens, 32))  # capture/compile
         warm = time.perf_counter() - t0
         tpots, ttfts, ids, stats = [], [], [], None
@@ -345,12 +343,6 @@ def run_engine_bench(
                     kernels="triton",
                     token_ring=False,
                     name="ling-local engine, Triton kernels, a token copy a step",
-                )
-            elif variant == "triton-poll":
-                kw = dict(
-                    kernels="triton",
-                    ring_poll=True,
-                    name="ling-local engine, Triton kernels, the ring polled (no events)",
                 )
             elif variant == "prompt-lookup-triton":
                 kw = dict(

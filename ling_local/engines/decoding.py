@@ -4,7 +4,6 @@ speculative verify of tokens proposed by prompt lookup or a draft model."""
 
 from __future__ import annotations
 
-import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -77,25 +76,6 @@ class Decoder:
             if token_ring and kernels == "triton":
                 self._ring = torch.full((RING,), -1, dtype=torch.long, pin_memory=on_gpu)
                 self._ring_view = self._ring.numpy()  # the same memory, cheap to index
-        self._ring_poll = False
-
-    @property
-    def ring_poll(self) -> bool:
-        """A greedy burst through the token ring waits for each token by reading the ring
-        until its entry is filled (each entry is emptied, -1, once read), with no CUDA
-        event recorded between the replays; False: an event after each replay."""
-        return self._ring_poll
-
-    @ring_poll.setter
-    def ring_poll(self, on: bool) -> None:
-        if self._ring is not None:  # between requests: no replay writes it now
-            self._sync()
-            self._ring.fill_(-1)
-        self._ring_poll = on
-
-    def _sync(self) -> None:
-        if self.runner.device.type == "cuda":
-            torch.cuda.synchronize(self.runner.device)
 
     # ------------------------------------------------------------------ slots
     def begin(self, gen: Generation) -> None:
@@ -222,7 +202,6 @@ class Decoder:
         step.load([gen.next_token], start)
         fed = gen.next_token
         copied = step.ring is None  # else the step's head writes the token to the host ring
-        poll = not copied and self.ring_poll
         # (event, the position fed when the token is in the ring, else -1)
         pending: deque[tuple[int, int]] = deque()
         launched = 0
@@ -239,40 +218,15 @@ class Decoder:
                 )
                 self._host[now].copy_(out, non_blocking=True)
                 step.advance(out)
-            if not poll:
-                self._events[now].record()
-            pending.append((-1 if poll else now, -1 if copied else start + launched))
+            self._events[now].record()
+            pending.append((now, -1 if copied else start + launched))
             launched += 1
             if len(pending) > LAG:
                 reason, fed = self._consume(gen, pending.popleft(), fed)
         while pending and reason is None:
             reason, fed = self._consume(gen, pending.popleft(), fed)
-        if poll and pending:  # steps launched past a finish: let them land, empty their entries
-            self._sync()
-            for _, position in pending:
-                self._ring_view[position % RING] = -1
         slot.cache.length = len(slot.ids)  # steps launched past a finish are dropped
         return reason
-
-    def _poll(self, position: int) -> int:
-        """The token the replay at `position` writes into the ring, read once it is there;
-        its entry is emptied for the replay 64 positions on. A GPU that stops writing (a
-        fault) surfaces through a device synchronize after a second of waiting."""
-        view, at = self._ring_view, position % RING
-        spins, deadline = 0, 0.0
-        while (token := int(view[at])) < 0:
-            spins += 1
-            if spins % 4096 == 0:
-                now = time.monotonic()
-                if not deadline:
-                    deadline = now + 1.0
-                elif now > deadline:
-                    self._sync()  # raises the GPU's error, if any
-                    if (token := int(view[at])) < 0:
-                        raise RuntimeError(f"the decode step at {position} wrote no token")
-                    break
-        view[at] = -1
-        return token
 
     def _consume(
         self, gen: Generation, done: tuple[int, int], fed: int
@@ -280,11 +234,9 @@ class Decoder:
         """The token of a replay, once its event completed: from the host ring (at the
         position it was fed at) or its copy."""
         event, position = done
-        if event < 0:  # polled (`ring_poll`): no event
-            token = self._poll(position)
-        else:
-            self._events[event].synchronize()
-            token = int(self._host[event][0] if position < 0 else self._ring_view[position % RING])
+        self._events[event].synchronize()
+        host = self._host[event][0] if position < 0 else self._ring_view[position % RING]
+        token = int(host)
         gen.slot.ids.append(fed)
         gen.decode_steps += 1
         return gen.on_token(token), token

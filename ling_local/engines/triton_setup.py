@@ -157,12 +157,17 @@ PERSISTENT = PersistentConfig()
 # and kernel_sweep_check_h200_run1.json): CTAs per launch in the comments.
 CONFIGS: dict[str, GemvConfig] = {
     # 3072 rows -> 384 CTAs of 8 rows
-    "qkv": GemvConfig(block_n=4, block_k=512, num_warps=2, prefetch=False, l2_prefetch=0.5),
+    # l2_keep (qkv, down): the first CTAs' weights kept in the L2 from step to step, 12.6 +
+    # 10.7 MB over the 16 layers; the step 0.8088 -> 0.8022 ms (--tune-step --space keep,
+    # H200, 2026-12-02, docs/bench/keep_tune_h200_run1.json); more did not pay.
+    "qkv": GemvConfig(
+        block_n=4, block_k=512, num_warps=2, prefetch=False, l2_prefetch=0.5, l2_keep=0.0625
+    ),
     # 16384 rows -> 512 CTAs of 32 rows
     "gate_up": GemvConfig(block_n=16, block_k=128, num_warps=8),
     # 2048 rows -> 512 CTAs
     "o": GemvConfig(block_n=4, block_k=1024),
-    "down": GemvConfig(block_n=4, block_k=1024, num_warps=8),
+    "down": GemvConfig(block_n=4, block_k=1024, num_warps=8, l2_keep=0.02),
     # 128256 rows -> 4008 CTAs; TMA (docs/bench/kernel_sweep_tma_h200_run1.json: 126 us,
     # 4.16 TB/s, vs 144 us with register loads; the step 0.943 -> 0.928 ms in
     # docs/bench/kernel_sweep_final_h200_run1.json). The other kernels kept register loads:
