@@ -65,9 +65,9 @@ class EngineSettings(_Section):
     ``compile``) or ``triton`` (hand-written Triton kernels, `engines/triton_kernels.py`: five
     launches a layer with PDL, RoPE and the KV write in the QKV epilogue, SiLU*up in the
     gate/up epilogue, flash-decoding attention, the argmax in the output head; the fastest
-    step measured, 0.803–0.814 ms/token for Llama-3.2-1B on an H200 with `screen_head`,
-    `token_ring` and the attention on the tensor cores, against 1.06-1.21 for a compiled
-    gpt-fast-style loop).
+    step measured, 0.798–0.799 ms/token for Llama-3.2-1B on an H200 with `screen_head`,
+    `token_ring`, the attention on the tensor cores and part of the QKV and down weights
+    kept in the L2, against 1.08 for a compiled gpt-fast-style loop).
     ``triton`` needs a CUDA device, CUDA graphs, the triton package and a
     Llama/Mistral/Qwen2-style model; it folds the RMSNorm weights into the matrices."""
     screen_head: bool = True
