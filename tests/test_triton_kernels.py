@@ -27,6 +27,25 @@ from tests.triton_support import randn as _randn
 pytestmark = NEEDS_TRITON
 
 
+def _rope_tables(max_len: int, hd: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin [max_len, hd] of random frequencies, in bf16: RoPE tables."""
+    angles = torch.arange(max_len, device=DEV)[:, None] * torch.rand(hd // 2, device=DEV)
+    angles = torch.cat([angles, angles], dim=-1)
+    return angles.cos().to(BF16), angles.sin().to(BF16)
+
+
+def _layer_inputs(nh: int, nkv: int, hd: int, max_len: int, pos: int) -> tuple:
+    """One token's inputs for every T = 1 launch of a small layer (hidden 128, 100 output
+    rows, 200 intermediate): x, a residual, O/down-like and gate/up weights, QKV weights,
+    RoPE tables, the position and a KV cache."""
+    x, res = _randn(1, 128), _randn(1, 100)
+    w, w13 = _randn(100, 128, scale=0.05), _randn(2 * 200, 128, scale=0.05)
+    wqkv = _randn((nh + 2 * nkv) * hd, 128, scale=0.1)
+    cos, sin = _rope_tables(max_len, hd)
+    p = torch.tensor([pos], device=DEV)
+    return x, res, w, w13, wqkv, cos, sin, p, _randn(nkv, max_len, hd)
+
+
 @pytest.fixture(scope="module")
 def tk():
     return triton_kernels()
@@ -70,9 +89,7 @@ def test_qkv_rope_and_kv_write(tk, t: int, bias: bool) -> None:
     x, g = _randn(t, 128), _randn(128)
     wqkv = _randn((nh + 2 * nkv) * hd, 128, scale=0.1)
     b = _randn((nh + 2 * nkv) * hd) if bias else None
-    angles = torch.arange(max_len, device=DEV)[:, None] * torch.rand(hd // 2, device=DEV)
-    angles = torch.cat([angles, angles], dim=-1)
-    cos, sin = angles.cos().to(BF16), angles.sin().to(BF16)
+    cos, sin = _rope_tables(max_len, hd)
     kc, vc = _randn(nkv, max_len, hd), _randn(nkv, max_len, hd)
     kc_want, vc_want = kc.clone(), vc.clone()
 
@@ -243,15 +260,8 @@ def test_l2_prefetch_changes_nothing(tk, monkeypatch) -> None:
     the bulk prefetches run (and must not fault past a partial block); in the interpreter
     their address arithmetic does."""
     torch.manual_seed(6)
-    nh, nkv, hd, max_len, pos = 4, 2, 32, 100, 70
-    x, res = _randn(1, 128), _randn(1, 100)
-    w, w13 = _randn(100, 128, scale=0.05), _randn(2 * 200, 128, scale=0.05)
-    wqkv = _randn((nh + 2 * nkv) * hd, 128, scale=0.1)
-    angles = torch.arange(max_len, device=DEV)[:, None] * torch.rand(hd // 2, device=DEV)
-    angles = torch.cat([angles, angles], dim=-1)
-    cos, sin = angles.cos().to(BF16), angles.sin().to(BF16)
-    p = torch.tensor([pos], device=DEV)
-    kc0 = _randn(nkv, max_len, hd)
+    nh, nkv, hd = 4, 2, 32
+    x, res, w, w13, wqkv, cos, sin, p, kc0 = _layer_inputs(nh, nkv, hd, 100, 70)
 
     def run(l2: bool) -> list[torch.Tensor]:
         kc, vc = kc0.clone(), kc0.flip(-1).contiguous()
@@ -289,15 +299,8 @@ def test_l2_keep_changes_nothing(tk, monkeypatch, prefetch: bool) -> None:
     residual, and down-like without), the paired ones (QKV with RoPE and the KV write,
     gate/up) and a keep fraction that leaves a partial split of the CTAs."""
     torch.manual_seed(9)
-    nh, nkv, hd, max_len, pos = 4, 2, 32, 64, 30
-    x, res = _randn(1, 128), _randn(1, 100)
-    w, w13 = _randn(100, 128, scale=0.05), _randn(2 * 200, 128, scale=0.05)
-    wqkv = _randn((nh + 2 * nkv) * hd, 128, scale=0.1)
-    angles = torch.arange(max_len, device=DEV)[:, None] * torch.rand(hd // 2, device=DEV)
-    angles = torch.cat([angles, angles], dim=-1)
-    cos, sin = angles.cos().to(BF16), angles.sin().to(BF16)
-    p = torch.tensor([pos], device=DEV)
-    kc0 = _randn(nkv, max_len, hd)
+    nh, nkv, hd = 4, 2, 32
+    x, res, w, w13, wqkv, cos, sin, p, kc0 = _layer_inputs(nh, nkv, hd, 64, 30)
 
     def run(keep: float) -> list[torch.Tensor]:
         for name, n in (("o", 16), ("down", 16), ("gate_up", 16), ("qkv", 8)):
@@ -332,9 +335,7 @@ def test_tma_weight_tiles(tk, monkeypatch, kernel: str) -> None:
     x = _randn(1, 128)
     w = _randn(100 if kernel != "gate_up" else 400, 128, scale=0.05)
     wqkv = _randn((nh + 2 * nkv) * hd, 128, scale=0.1)
-    angles = torch.arange(max_len, device=DEV)[:, None] * torch.rand(hd // 2, device=DEV)
-    angles = torch.cat([angles, angles], dim=-1)
-    cos, sin = angles.cos().to(BF16), angles.sin().to(BF16)
+    cos, sin = _rope_tables(max_len, hd)
     kc = _randn(nkv, max_len, hd)
 
     def run(tma: bool) -> list[torch.Tensor]:
