@@ -205,8 +205,9 @@ def _gemv_loop(
     SCREEN: tl.constexpr, DT: tl.constexpr, ON_GPU: tl.constexpr, KEPT: tl.constexpr,
 ):  # fmt: skip
     """`_gemv_kernel`'s loop over its K range with register loads of the weight tiles
-    (evict_last if KEPT, else evict_first), from the first tile w (PREFETCH): the running sums and the sum of
-    squares of x (NORM)."""
+    (evict_last if KEPT, else evict_first), from the first tile w (PREFETCH): the running
+    sums and the sum of squares of x (NORM). KEPT is a constexpr, so a kernel choosing per
+    CTA calls this twice, one call per side of its runtime branch."""
     for k0 in range(k_start, k_start + k_len, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < k_end, K)

@@ -205,8 +205,9 @@ def _paired_loop(
     PREFETCH: tl.constexpr, DT: tl.constexpr, ON_GPU: tl.constexpr, KEPT: tl.constexpr,
 ):  # fmt: skip
     """`_paired_gemv_kernel`'s loop over K with register loads of both row blocks' tiles
-    (evict_last if KEPT, else evict_first), from the first tiles wa, wb (PREFETCH): the running sums of both
-    blocks and the sum of squares of x."""
+    (evict_last if KEPT, else evict_first), from the first tiles wa, wb (PREFETCH): the
+    running sums of both blocks and the sum of squares of x. KEPT is a constexpr (a cache
+    hint is fixed at compile time), hence the two calls in the kernel's KEEP branch."""
     for k0 in range(0, K, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
         x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < K, K)
