@@ -1,7 +1,7 @@
 """ling-local: one big code model, instant for one person.
 
 The public surface is the SDK (`Client`, `AsyncClient`), profiles and the exception tree.
-Imports are lazy so that `python -m ling_local.tiny.train` or the CLI's `--help` stay light.
+Imports are lazy so that `python -m training.train` or the CLI's `--help` stay light.
 """
 
 from __future__ import annotations

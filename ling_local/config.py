@@ -62,7 +62,7 @@ class EngineSettings(_Section):
     """torch.compile the graph-captured step (fuses small ops; costs start-up time)."""
     kernels: Literal["torch", "triton"] = "torch"
     """The graph-captured GPU step's kernels: ``torch`` (PyTorch ops, compiled if
-    ``compile``) or ``triton`` (hand-written Triton kernels, `engines/triton_kernels.py`: five
+    ``compile``) or ``triton`` (hand-written Triton kernels, `engines/embedded/triton/kernels.py`: five
     launches a layer with PDL, RoPE and the KV write in the QKV epilogue, SiLU*up in the
     gate/up epilogue, flash-decoding attention, the argmax in the output head; the fastest
     step measured, 0.798–0.799 ms/token for Llama-3.2-1B on an H200 with `screen_head`,
@@ -73,7 +73,7 @@ class EngineSettings(_Section):
     screen_head: bool = True
     """With ``kernels = "triton"``, greedy decode steps find the argmax from an int8 copy
     of the output head and recompute exactly only the rows that can win
-    (`engines/triton_screen.py`): the same tokens, about half the head's bytes per token;
+    (`engines/embedded/triton/screen.py`): the same tokens, about half the head's bytes per token;
     costs one int8 copy of the head in GPU memory. Sampling always uses the full head."""
     token_ring: bool = True
     """With ``kernels = "triton"``, greedy decode steps write each token straight into

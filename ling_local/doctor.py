@@ -88,7 +88,7 @@ def _profile_checks(name: str) -> list[Check]:
             )
     else:
         try:
-            from ling_local.engines.gpu_checks import profile_checks
+            from ling_local.engines.sglang.checks import profile_checks
         except ImportError:
             return checks
         checks.extend(Check(*c) for c in profile_checks(profile))

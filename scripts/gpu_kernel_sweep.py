@@ -43,7 +43,7 @@ from kernel_tune import SPACES, _get, _set, step_ms, tune_step  # noqa: E402
 def _compile_worker(jobs: list[tuple[str, dict]], pdl: bool) -> list[str]:
     """Run each (kernel, config) once on a 1-layer fixture: Triton compiles it into the
     shared disk cache. Returns the failures."""
-    from ling_local.engines import triton_kernels as tk
+    from ling_local.engines.embedded.triton import kernels as tk
 
     tk.SETTINGS.pdl = pdl
     fx = Fixture(layers=1)
@@ -71,7 +71,7 @@ def precompile(jobs: list[tuple[str, dict]], workers: int, pdl: bool) -> list[st
 def pdl_probe() -> bool | str:
     """Whether a PDL-launched Triton GEMV captures into a CUDA graph and replays right;
     if not, every later launch goes without PDL."""
-    from ling_local.engines import triton_kernels as tk
+    from ling_local.engines.embedded.triton import kernels as tk
 
     x = torch.randn(1, 512, device="cuda", dtype=torch.bfloat16)
     w = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16) * 0.05
@@ -96,7 +96,7 @@ def pdl_probe() -> bool | str:
 
 
 def sweep(fx: Fixture, variants: dict[str, list[dict]], failed: set[str]) -> dict:
-    from ling_local.engines import triton_kernels as tk
+    from ling_local.engines.embedded.triton import kernels as tk
 
     results: dict = {}
     for name, cfgs in variants.items():
@@ -161,7 +161,7 @@ def agreement(fx: Fixture, steps: int = 48) -> dict:
     if on_cpu():
         steps = 3
     """Teacher-forced: both steps fed the torch step's tokens from the same cache state."""
-    from ling_local.engines.cuda_graphs import GraphStep
+    from ling_local.engines.embedded.cuda_graphs import GraphStep
 
     w = fx.w
     start = len(fx.prompt)
@@ -257,7 +257,7 @@ def main() -> int:
     if args.tma:
         from dataclasses import asdict
 
-        from ling_local.engines import triton_setup
+        from ling_local.engines.embedded.triton import setup as triton_setup
 
         shipped = {n: asdict(c) for n, c in triton_setup.SHIPPED.items()}
         variants = tma_grid(shipped, half_head=(32 if on_cpu() else 64) // 2)

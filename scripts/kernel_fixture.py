@@ -40,7 +40,7 @@ class Fixture:
     def __init__(self, layers: int | None = None) -> None:
         from transformers import LlamaForCausalLM
 
-        from ling_local.engines.llama_runner import LlamaRunner
+        from ling_local.engines.embedded.llama_runner import LlamaRunner
 
         shape = SMOKE if on_cpu() else LLAMA_1B
         overrides: dict = {} if layers is None else {"num_hidden_layers": layers}
@@ -53,7 +53,7 @@ class Fixture:
         self.model = model
         self.runner = LlamaRunner(model, torch.device(device()), MAX_LEN, cuda_graphs=False)
         self.w = self.runner.weights
-        from ling_local.engines.triton_kernels import fold_norms
+        from ling_local.engines.embedded.triton.kernels import fold_norms
 
         fold_norms(self.w)  # the Triton kernels' form (and the torch steps run it too)
         self.slot = self.runner.new_cache()
@@ -71,7 +71,7 @@ class Fixture:
     def op(self, name: str):
         """A function launching kernel `name` once per layer (the lm_head: 4 times);
         "verify:<name>" at T = 9."""
-        from ling_local.engines import triton_kernels as tk
+        from ling_local.engines.embedded.triton import kernels as tk
 
         w, s = self.w, tk.Scratch(torch.device(device()), self.w.lm_head.shape[0])
         nh, nkv, hd, eps = w.n_heads, w.n_kv_heads, w.head_dim, w.eps

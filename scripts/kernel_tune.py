@@ -18,7 +18,7 @@ __all__ = ["SPACES", "step_ms", "tune_step"]
 def step_ms(fx: Fixture, t: int, kernels: str, reps: int = 60) -> float:
     """Median time of one replay of the captured T-token step (5 batches of reps / 5);
     kernels "triton-screen": the Triton step with the greedy head's int8 screen."""
-    from ling_local.engines.cuda_graphs import GraphStep
+    from ling_local.engines.embedded.cuda_graphs import GraphStep
 
     if on_cpu():
         reps = 5
@@ -243,7 +243,7 @@ SPACES = {
 
 
 def _get(name: str, field: str):
-    from ling_local.engines import triton_kernels as tk
+    from ling_local.engines.embedded.triton import kernels as tk
 
     if field == "config":
         return tk.CONFIGS[name]
@@ -256,7 +256,7 @@ def _get(name: str, field: str):
 
 
 def _set(name: str, field: str, value) -> None:
-    from ling_local.engines import triton_kernels as tk
+    from ling_local.engines.embedded.triton import kernels as tk
 
     if field == "config":  # "shipped", a dict of GemvConfig fields, or a GemvConfig
         if value == "shipped":
@@ -272,7 +272,7 @@ def tune_step(fx: Fixture, space=STEP_SPACE, reps: int = 200, kernels: str = "tr
     """Coordinate descent on the T = 1 step's time over `space` (`step_ms` of `kernels`);
     a value is kept when the step is at least 0.2 % faster. Returns the trail and the
     final configs."""
-    from ling_local.engines import triton_kernels as tk
+    from ling_local.engines.embedded.triton import kernels as tk
 
     best = step_ms(fx, 1, kernels, reps)
     trail = [{"start": best}]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from ling_local.engines.llama_runner import LlamaRunner
-from ling_local.engines.quant import int8_available
+from ling_local.engines.embedded.llama_runner import LlamaRunner
+from ling_local.engines.embedded.quant import int8_available
 from tests.support import small_causal_lm
 
 QUANTIZE = [

@@ -11,9 +11,9 @@ import torch
 
 from ling_local.config import profile_from_dict
 from ling_local.engines.base import GenerationRequest, Priority, SamplingParams
-from ling_local.engines.cuda_graphs import GraphStep
-from ling_local.engines.decoding import Decoder
-from ling_local.engines.torch_engine import TorchEngine
+from ling_local.engines.embedded.cuda_graphs import GraphStep
+from ling_local.engines.embedded.decoding import Decoder
+from ling_local.engines.embedded.torch_engine import TorchEngine
 from ling_local.errors import ConfigError
 
 # A code-editing prompt: the second copy invites the model to copy the first.

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ling_local.engines.detok import IncrementalDetokenizer, StopMatcher
+from ling_local.engines.embedded.detok import IncrementalDetokenizer, StopMatcher
 
 
 def test_stop_matcher_holds_back_a_possible_stop_prefix() -> None:

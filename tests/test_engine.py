@@ -10,7 +10,7 @@ import pytest_asyncio
 
 from ling_local.config import load_profile
 from ling_local.engines.base import GenerationRequest, Priority, SamplingParams
-from ling_local.engines.torch_engine import TorchEngine
+from ling_local.engines.embedded.torch_engine import TorchEngine
 
 SOURCE = (Path(__file__).resolve().parents[1] / "ling_local" / "scheduler.py").read_text()
 

@@ -11,7 +11,7 @@ import torch
 
 from ling_local.config import profile_from_dict
 from ling_local.engines.base import GenerationRequest, Priority, SamplingParams
-from ling_local.engines.torch_engine import TorchEngine
+from ling_local.engines.embedded.torch_engine import TorchEngine
 
 pytestmark = [
     pytest.mark.gpu,

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from ling_local.engines.llama_runner import LlamaRunner
-from ling_local.engines.quant import Int8Weight, int8_available, linear, quantize_int8
+from ling_local.engines.embedded.llama_runner import LlamaRunner
+from ling_local.engines.embedded.quant import Int8Weight, int8_available, linear, quantize_int8
 
 pytestmark = pytest.mark.skipif(not int8_available(), reason="no CPU int8 matmul in this torch")
 

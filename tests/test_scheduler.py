@@ -9,7 +9,7 @@ import pytest
 
 from ling_local.config import SchedulerSettings, load_profile
 from ling_local.engines.base import GenerationRequest, Priority, SamplingParams
-from ling_local.engines.torch_engine import TorchEngine
+from ling_local.engines.embedded.torch_engine import TorchEngine
 from ling_local.errors import GenerationCancelled
 from ling_local.metrics import Metrics
 from ling_local.scheduler import Scheduler

@@ -12,10 +12,10 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerFast
 
-from ling_local.tiny import EVAL_SET, TINY_DIR, TINY_DRAFT_DIR
-from ling_local.tiny import evaluate as ev
-from ling_local.tiny.evalset import load_eval_set
-from ling_local.tiny.tokenizer import (
+from ling_local.bench import fim_eval as ev
+from ling_local.bench.fim_eval import EVAL_SET, load_eval_set
+from ling_local.config import builtin_model_dir
+from training.tokenizer import (
     EOT_ID,
     SPECIAL_TOKENS,
     decode,
@@ -31,6 +31,9 @@ SOURCE = (
     "\treturn f'{name!r:>10}'  \r\n"
     "\n\n   x = [1 ,2 ] . y\\\n  # trailing spaces   \n"
 )
+
+TINY_DIR = builtin_model_dir("tiny")
+TINY_DRAFT_DIR = builtin_model_dir("tiny-draft")
 
 
 @pytest.fixture(scope="module")
@@ -83,7 +86,7 @@ def test_tokenizer_round_trips_python_and_has_fim_tokens(loader: str) -> None:
 KNOWN_WEAK = pytest.mark.xfail(
     strict=True,
     reason="the raw model without the daemon's prompt handling (SPM, token healing, no FIM "
-    "control tokens) still fails this; see ling_local/tiny/MODEL_CARD.md, 'Known problems'",
+    "control tokens) still fails this; see training/MODEL_CARD.md, 'Known problems'",
 )
 
 
@@ -188,7 +191,7 @@ def test_levenshtein_is_exact() -> None:
 
 
 def test_train_smoke_runs_end_to_end(tmp_path: Path) -> None:
-    from ling_local.tiny.train import main
+    from training.train import main
 
     out, export = tmp_path / "out", tmp_path / "export"
     assert main(["--out", str(out), "--export", str(export), "--smoke", "--device", "cpu"]) == 0

@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from ling_local.engines.base import GenerationRequest, Priority, SamplingParams
-from ling_local.engines.decoding import RING, Decoder
-from ling_local.engines.detok import IncrementalDetokenizer, StopMatcher
-from ling_local.engines.generation import Generation
-from ling_local.engines.prefix_cache import PrefixCache
+from ling_local.engines.embedded.decoding import RING, Decoder
+from ling_local.engines.embedded.detok import IncrementalDetokenizer, StopMatcher
+from ling_local.engines.embedded.generation import Generation
+from ling_local.engines.embedded.prefix_cache import PrefixCache
 from tests.triton_support import DEV, NEEDS_TRITON, triton_kernels
 from tests.triton_support import folded_runner as _runner
 
@@ -105,7 +105,7 @@ def test_a_stop_in_flight_ends_at_its_token(runner, prompt_and_copied) -> None:
 
 
 def test_the_ring_is_refused_where_no_kernel_writes_it(runner) -> None:
-    from ling_local.engines.cuda_graphs import GraphStep
+    from ling_local.engines.embedded.cuda_graphs import GraphStep
 
     ring = torch.full((8,), -1, dtype=torch.long)
     with pytest.raises(ValueError, match="token ring"):

@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ling_local.engines.llama_runner import LlamaRunner, rms_norm, rotate
+from ling_local.engines.embedded.llama_runner import LlamaRunner, rms_norm, rotate
 from tests.support import small_causal_lm
 from tests.triton_support import BF16, DEV, NEEDS_TRITON, triton_kernels
 from tests.triton_support import INTERPRET as _INTERPRET
@@ -137,50 +137,10 @@ def test_decode_attention(tk, t: int, pos: int, tensor_cores: bool) -> None:
     assert (out.float() - want.reshape(t, nh * hd)).abs().max().item() < 2e-2
 
 
-@pytest.mark.parametrize("pos", [0, 5, 90])
-@pytest.mark.parametrize("splits", [3, 8])
-def test_attention_o_is_attention_then_o_then_the_residual(
-    tk, monkeypatch, pos: int, splits: int
-) -> None:
-    """The fused attention + O projection (`attention_o`) and the two kernels that fold its
-    fp32 sums into the residual (gate/up on its input, down in its residual, zeroing them)
-    give what the separate attention, O (+ residual), gate/up and down kernels give; the
-    splits do not divide the O rows evenly (3) or leave some splits without keys (8)."""
-    torch.manual_seed(6)
-    monkeypatch.setitem(tk.ATTN, "attn", tk.AttnConfig(splits=splits, block_l=16))
-    nh, nkv, hd, max_len, h, inter = 4, 2, 32, 100, 96, 64
-    q = _randn(1, nh * hd)
-    kc, vc = _randn(nkv, max_len, hd), _randn(nkv, max_len, hd)
-    wo, x = _randn(h, nh * hd, scale=0.1), _randn(1, h)
-    w13, w2 = _randn(2 * inter, h, scale=0.1), _randn(h, inter, scale=0.1)
-    p = torch.tensor([pos], device=DEV)
-    # the separate kernels
-    attn = tk.decode_attention(q, kc, vc, p, nh, nkv, hd, cfg=tk.ATTN["attn"])
-    x_sep = tk.gemv(attn, wo, "o", residual=x.clone())
-    act_sep = tk.gate_up_silu(x_sep, w13, 1e-5)
-    out_sep = tk.gemv(act_sep, w2, "down", residual=x_sep.clone())
-    # the fused kernel, then gate/up and down taking its sums
-    scratch = tk.Scratch(DEV, 0)
-    oacc = torch.zeros(1, h, dtype=torch.float32, device=DEV)
-    tk.attention_o(q, kc, vc, p, wo, oacc, nh, nkv, hd, scratch)
-    want_o = (x_sep.float() - x.float()).abs().max().item()
-    assert want_o > 0  # the projection moved the residual
-    _close((x.float() + oacc).to(BF16), x_sep, rel=1e-2)
-    act = tk.gate_up_silu(x, w13, 1e-5, oacc)
-    _close(act, act_sep, rel=2e-2)
-    counters = tk.attention_o_counters(scratch, nkv)
-    counters[::32] = 3  # kv head g's at [32 * g] (the interpreter's launches pass no barrier)
-    out = tk.gemv(act, w2, "down", residual=x.clone(), oacc=oacc, counters=counters)
-    _close(out, out_sep, rel=2e-2)
-    assert not oacc.any() and not counters[::32].any()  # zeroed for the next layer
-    with pytest.raises(ValueError, match="T = 1"):
-        tk.attention_o(q.repeat(2, 1), kc, vc, p, wo, oacc, nh, nkv, hd, scratch)
-
-
 # --------------------------------------------------------------------------- whole step
 def test_folding_the_norms_keeps_the_function() -> None:
     """The prefill with folded norm weights gives the logits of the unfolded model."""
-    from ling_local.engines.triton_kernels import fold_norms
+    from ling_local.engines.embedded.triton.kernels import fold_norms
 
     model = small_causal_lm("llama", tied=True, initializer_range=0.1).to(BF16).to(DEV)
     for layer in model.model.layers:  # norm weights other than ones, so folding matters
@@ -199,19 +159,12 @@ def test_folding_the_norms_keeps_the_function() -> None:
 
 
 @pytest.mark.parametrize(
-    ("kind", "t", "fuse_o"),
-    [(kind, t, False) for t in (1, 3) for kind in ("llama-tied", "llama", "qwen2")]
-    + [("llama", 1, True)],
+    ("kind", "t"), [(kind, t) for t in (1, 3) for kind in ("llama-tied", "llama", "qwen2")]
 )
-def test_step_matches_the_torch_step(monkeypatch, kind: str, t: int, fuse_o: bool) -> None:
+def test_step_matches_the_torch_step(kind: str, t: int) -> None:
     """Same prompt in two slots, then steps through both the torch and the Triton step,
-    teacher-forced with the torch step's tokens: logits, argmax and caches agree; at T = 1
-    also with the fused attention + O projection (`AttnConfig.fuse_o`, off by default)."""
-    from ling_local.engines import triton_setup
-    from ling_local.engines.cuda_graphs import GraphStep
-
-    attn = dataclasses.replace(triton_setup.ATTN["attn"], fuse_o=fuse_o)
-    monkeypatch.setitem(triton_setup.ATTN, "attn", attn)
+    teacher-forced with the torch step's tokens: logits, argmax and caches agree."""
+    from ling_local.engines.embedded.cuda_graphs import GraphStep
 
     runner = _runner(kind)
     torch.manual_seed(5)

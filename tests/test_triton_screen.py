@@ -124,7 +124,7 @@ def test_the_bounds_hold_and_screen_out_most_rows(tk, small_tiles) -> None:
 def test_screened_step_decodes_like_the_full_head() -> None:
     """A small model's T = 1 Triton step (`GraphStep`, eager on the CPU) with the screened
     head chains the same tokens as with the full head, 6 steps; its logits are None."""
-    from ling_local.engines.cuda_graphs import GraphStep
+    from ling_local.engines.embedded.cuda_graphs import GraphStep
 
     runner = _runner("llama-tied")
     torch.manual_seed(2)

@@ -11,7 +11,7 @@ import os
 import pytest
 import torch
 
-from ling_local.engines.llama_runner import LlamaRunner
+from ling_local.engines.embedded.llama_runner import LlamaRunner
 from tests.support import small_causal_lm
 
 if importlib.util.find_spec("triton") is not None and not torch.cuda.is_available():
@@ -28,8 +28,8 @@ BF16 = torch.bfloat16
 
 
 def triton_kernels():
-    """`ling_local.engines.triton_kernels`, imported after the interpreter switch."""
-    from ling_local.engines import triton_kernels
+    """`ling_local.engines.embedded.triton.kernels`, imported after the interpreter switch."""
+    from ling_local.engines.embedded.triton import kernels as triton_kernels
 
     return triton_kernels
 

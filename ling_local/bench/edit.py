@@ -42,7 +42,7 @@ def edit_speedup(
     """Median ms per output token of each mode on the code-editing prompt, the acceptance
     length of the speculative ones and whether their tokens equal the plain run's."""
     from ling_local.config import load_profile
-    from ling_local.engines.torch_engine import TorchEngine
+    from ling_local.engines.embedded.torch_engine import TorchEngine
 
     def fit(engine: TorchEngine) -> list[int]:
         """The workload's prompt ids, cut so the prompt and the answer fit the context

@@ -128,7 +128,7 @@ def ours(
     name: str = "ling-local engine",
 ) -> tuple[Row, list[int], dict]:
     from ling_local.config import profile_from_dict
-    from ling_local.engines.torch_engine import TorchEngine
+    from ling_local.engines.embedded.torch_engine import TorchEngine
 
     profile = profile_from_dict(
         {

@@ -25,7 +25,7 @@ def keystroke_latency(
     token, against the same prompt with nothing cached; plus decode TPOT through the
     engine's streaming API."""
     from ling_local.config import load_profile
-    from ling_local.engines.torch_engine import TorchEngine
+    from ling_local.engines.embedded.torch_engine import TorchEngine
 
     profile = load_profile(profile_name)
 

@@ -1,8 +1,8 @@
 """`ling-local bench quality`: FIM quality of the shipped tiny model on held-out stdlib files.
 
-Compares the model with two baselines on the shipped eval set (ling_local/tiny/eval_set.jsonl.gz):
+Compares the model with two baselines on the shipped eval set (ling_local/bench/data/fim_eval_set.jsonl.gz):
 the same architecture with untrained random weights, and "repeat the previous line". Reports
-exact match and edit similarity (see ling_local.tiny.evaluate), and the draft's acceptance
+exact match and edit similarity (see ling_local.bench.fim_eval), and the draft's acceptance
 length against the target for block sizes 4 and 8, measured along the target's own outputs.
 """
 
@@ -17,14 +17,16 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from ling_local.tiny import EVAL_SET, TINY_DIR, TINY_DRAFT_DIR
-from ling_local.tiny import evaluate as ev
-from ling_local.tiny.evalset import load_eval_set
-from ling_local.tiny.tokenizer import FimMode, load_tokenizer
+from ling_local.bench import fim_eval as ev
+from ling_local.bench.fim_eval import EVAL_SET, FimMode, load_eval_set, load_tokenizer
+from ling_local.config import builtin_model_dir
 
 __all__ = ["run_quality"]
 
 RANDOM_SEED = 1234
+
+TINY_DIR = builtin_model_dir("tiny")
+TINY_DRAFT_DIR = builtin_model_dir("tiny-draft")
 
 
 def _load(model_dir: str | Path, device: str) -> torch.nn.Module:
@@ -58,7 +60,7 @@ def run_quality(
 
     The draft's acceptance length is measured on the model's outputs for the first
     ``accept_limit`` examples of each kind (a full teacher-forced pass of both models).
-    ``token_healing`` re-generates the prefix's last token (ling_local.tiny.evaluate.heal_prefix)
+    ``token_healing`` re-generates the prefix's last token (ling_local.bench.fim_eval.heal_prefix)
     for the model and the random baseline; the daemon does not do this.
 
     ``draft_dir`` defaults to the shipped draft when ``model_dir`` is the shipped model; pass

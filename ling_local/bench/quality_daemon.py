@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 from ling_local.config import Profile
 from ling_local.engines.base import GenerationRequest, Priority, SamplingParams
-from ling_local.engines.torch_engine import TorchEngine
+from ling_local.engines.embedded.torch_engine import TorchEngine
 from ling_local.prompts import PromptBuilder
 
 __all__ = ["daemon_predictor"]

@@ -12,7 +12,7 @@ def make_engine(profile: Profile) -> Engine:
     """The engine a profile asks for (imported lazily: SGLang and torch are heavy)."""
     kind = profile.engine.kind
     if kind == "torch":
-        from ling_local.engines.torch_engine import TorchEngine
+        from ling_local.engines.embedded import TorchEngine
 
         return TorchEngine(profile)
     if kind == "sglang":

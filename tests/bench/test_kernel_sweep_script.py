@@ -50,7 +50,7 @@ def test_cpu_smoke_run(tmp_path: Path) -> None:
     assert chosen["o"].items() >= best["cfg"].items()
     assert set(chosen) >= {"qkv", "o", "gate_up", "down", "lm_head", "attn", "early_trigger"}
     code = (
-        "import sys; from ling_local.engines import triton_setup as s; "
+        "import sys; from ling_local.engines.embedded.triton import setup as s; "
         f"s.load_configs({str(tmp_path / 'best.json')!r}); print(s.CONFIGS['o'])"
     )
     loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from ling_local.config import load_profile
-from ling_local.engines.gpu_checks import profile_checks
+from ling_local.engines.sglang.checks import profile_checks
 from tests.sglang.conftest import write_standin_profile
 from tests.sglang.test_remote import remote_profile
 from tests.support import REPO, DaemonProcess, child_env

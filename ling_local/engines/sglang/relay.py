@@ -20,7 +20,7 @@ from ling_local.engines.base import (
     GenerationStats,
     error_body_message,
 )
-from ling_local.engines.detok import StopMatcher
+from ling_local.engines.embedded.detok import StopMatcher
 from ling_local.errors import EngineError, RequestError
 
 __all__ = ["Flight", "dumps", "generate_payload", "relay_events", "status_error"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ling_local.engines.triton_common import (
+from ling_local.engines.embedded.triton.common import (
     _accumulate,
     _argmax_key,
     _first_tile,
@@ -35,7 +35,7 @@ from ling_local.engines.triton_common import (
     _rstd,
     _w_tile,
 )
-from ling_local.engines.triton_screen import _screen_epilogue, _u8_as_f32
+from ling_local.engines.embedded.triton.screen import _screen_epilogue, _u8_as_f32
 
 
 @triton.jit

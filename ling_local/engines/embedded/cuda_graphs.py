@@ -18,7 +18,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ling_local.engines.llama_runner import (
+from ling_local.engines.embedded.llama_runner import (
     KVSlot,
     LlamaWeights,
     attention_block,
@@ -65,7 +65,7 @@ def _step(
 
 def _triton_step(*args: Any, **kw: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """`_step` through hand-written Triton kernels (`triton_kernels`; imports triton)."""
-    from ling_local.engines.triton_kernels import triton_step
+    from ling_local.engines.embedded.triton.kernels import triton_step
 
     return triton_step(*args, **kw)
 
@@ -137,8 +137,8 @@ class GraphStep:
         self.scratch = None
         """The Triton kernels' scratch buffers (None for the torch step)."""
         if kernels == "triton":
-            from ling_local.engines.triton_kernels import Scratch
-            from ling_local.engines.triton_setup import screen_head
+            from ling_local.engines.embedded.triton.kernels import Scratch
+            from ling_local.engines.embedded.triton.setup import screen_head
 
             extra = {
                 "scratch": Scratch(dev, weights.lm_head.shape[0], self.banned),

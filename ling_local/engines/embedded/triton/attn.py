@@ -10,7 +10,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ling_local.engines.triton_common import (
+from ling_local.engines.embedded.triton.common import (
     _SPIN_LIMIT,
     _grid_sync,
     _l2_prefetch,

@@ -33,7 +33,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ling_local.engines.triton_common import (
+from ling_local.engines.embedded.triton.common import (
     _MIN_KEY,
     _MIN_KEY32,
     _key,

@@ -30,14 +30,19 @@ from ling_local.engines.base import (
     Priority,
     SamplingParams,
 )
-from ling_local.engines.decoding import Decoder
-from ling_local.engines.detok import IncrementalDetokenizer, StopMatcher
-from ling_local.engines.generation import Generation
-from ling_local.engines.hf_runner import HFRunner, load_causal_lm, resolve_device, resolve_dtype
-from ling_local.engines.llama_runner import LlamaRunner, supports
-from ling_local.engines.prefix_cache import PrefixCache
-from ling_local.engines.sampling import make_generator
-from ling_local.engines.speculative import NgramIndex
+from ling_local.engines.embedded.decoding import Decoder
+from ling_local.engines.embedded.detok import IncrementalDetokenizer, StopMatcher
+from ling_local.engines.embedded.generation import Generation
+from ling_local.engines.embedded.hf_runner import (
+    HFRunner,
+    load_causal_lm,
+    resolve_device,
+    resolve_dtype,
+)
+from ling_local.engines.embedded.llama_runner import LlamaRunner, supports
+from ling_local.engines.embedded.prefix_cache import PrefixCache
+from ling_local.engines.embedded.sampling import make_generator
+from ling_local.engines.embedded.speculative import NgramIndex
 from ling_local.errors import ConfigError, EngineNotReady, RequestError
 from ling_local.prompts import PromptBuilder
 from ling_local.tokenization import TextTokenizer, load_tokenizer
@@ -112,7 +117,7 @@ class TorchEngine:
             self.runner = HFRunner(model, device)
         if engine.kernels == "triton":
             _check_triton(self.runner, device)
-            from ling_local.engines.triton_setup import fold_norms, screen_head
+            from ling_local.engines.embedded.triton.setup import fold_norms, screen_head
 
             fold_norms(self.runner.weights)  # the kernels' form; the prefill runs it too
             if engine.screen_head:  # built at load: its memory is taken up front
@@ -311,7 +316,7 @@ def _check_triton(runner: Any, device: torch.device) -> None:
         raise ConfigError("engine.kernels = 'triton' needs a Llama-family model (the fast path)")
     if importlib.util.find_spec("triton") is None:
         raise ConfigError("engine.kernels = 'triton' needs the triton package")
-    from ling_local.engines.triton_setup import unsupported_reason
+    from ling_local.engines.embedded.triton.setup import unsupported_reason
 
     reason = unsupported_reason(runner.weights)
     if reason is not None:

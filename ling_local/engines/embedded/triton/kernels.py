@@ -65,24 +65,26 @@ import torch
 import torch.nn.functional as F
 import triton
 
-from ling_local.engines import triton_setup
-from ling_local.engines.triton_attn import _attn_partial_kernel, _attn_reduce_kernel
-from ling_local.engines.triton_fused import attention_o, attention_o_counters
-from ling_local.engines.triton_jit import _gemv_kernel, _splitk_reduce_kernel
-from ling_local.engines.triton_launch import Scratch, _launch, _on_gpu, _overlaps, _pow2, _prepare
-from ling_local.engines.triton_paired import _paired_gemv_kernel
-from ling_local.engines.triton_persistent import persistent_layers, persistent_ready
-from ling_local.engines.triton_screen import _pick_kernel
-from ling_local.engines.triton_setup import *  # noqa: F403 (re-exported for the sweep script)
-from ling_local.engines.triton_setup import ATTN, CONFIGS, PERSISTENT, AttnConfig, ScreenHead
+from ling_local.engines.embedded.triton import setup as triton_setup
+from ling_local.engines.embedded.triton.attn import _attn_partial_kernel, _attn_reduce_kernel
+from ling_local.engines.embedded.triton.jit import _gemv_kernel, _splitk_reduce_kernel
+from ling_local.engines.embedded.triton.launch import (
+    Scratch,
+    _launch,
+    _on_gpu,
+    _overlaps,
+    _pow2,
+    _prepare,
+)
+from ling_local.engines.embedded.triton.paired import _paired_gemv_kernel
+from ling_local.engines.embedded.triton.screen import _pick_kernel
+from ling_local.engines.embedded.triton.setup import *  # noqa: F403 (re-exported for the sweep script)
+from ling_local.engines.embedded.triton.setup import ATTN, CONFIGS, AttnConfig, ScreenHead
 
 __all__ = [
     *triton_setup.__all__,
     "Scratch",
-    "attention_o",
-    "attention_o_counters",
     "lm_head_screened",
-    "persistent_ready",
     "triton_step",
 ]
 
@@ -343,10 +345,8 @@ def triton_step(
     screen: ScreenHead | None = None,
     ring: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor]:
-    """`cuda_graphs._step` with these kernels: at T = 1 (PERSISTENT.enabled, stacked
-    weights) one persistent launch for every layer (`triton_persistent`) and one for the
-    head; else 5 launches per layer (+1 per split-K GEMV or unfused attention reduce; 4 at
-    T = 1 with `AttnConfig.fuse_o`) and one for the head. `rows` / `cols` are unused (the
+    """`cuda_graphs._step` with these kernels: 5 launches per layer (+1 per split-K GEMV or
+    unfused attention reduce) and one for the head. `rows` / `cols` are unused (the
     kernels read `pos` and mask themselves). With `chain` the step also advances itself (tokens =
     argmax, pos += T). With `screen` (T = 1, `triton_setup.screen_head`) the head is the
     exact int8 screen (`lm_head_screened`): the same argmax, no logits (None). With `ring`
@@ -358,26 +358,17 @@ def triton_step(
         scratch = Scratch(tokens.device, w.lm_head.shape[0], banned)
     if screen is not None and tokens.shape[0] != 1:
         raise ValueError("the screened head takes one token")
-    if tokens.shape[0] == 1 and PERSISTENT.enabled and persistent_ready(w) is None:
-        x = persistent_layers(w, k_cache, v_cache, tokens, pos, scratch)
-        return _head(x, w, scratch, tokens, pos, chain, screen, ring)
     x = F.embedding(tokens, w.embed)  # the residual stream, updated in place
     nh, nkv, hd, eps = w.n_heads, w.n_kv_heads, w.head_dim, w.eps
-    fuse_o = tokens.shape[0] == 1 and ATTN["attn"].fuse_o
-    oacc = scratch.get("oacc", (1, x.shape[1]), torch.float32, fill=0.0) if fuse_o else None
-    counters = attention_o_counters(scratch, nkv) if fuse_o else None
     for i, layer in enumerate(w.layers):
         q = qkv_rope_kv(
             x, layer.wqkv, layer.bqkv, k_cache[i], v_cache[i], w.cos, w.sin, pos,
             nh, nkv, hd, eps,
         )  # fmt: skip
-        if fuse_o:
-            attention_o(q, k_cache[i], v_cache[i], pos, layer.wo, oacc, nh, nkv, hd, scratch)
-        else:
-            attn = decode_attention(q, k_cache[i], v_cache[i], pos, nh, nkv, hd, scratch)
-            gemv(attn, layer.wo, "o", residual=x, scratch=scratch)
-        act = gate_up_silu(x, layer.w13, eps, oacc)
-        gemv(act, layer.w2, "down", residual=x, scratch=scratch, oacc=oacc, counters=counters)
+        attn = decode_attention(q, k_cache[i], v_cache[i], pos, nh, nkv, hd, scratch)
+        gemv(attn, layer.wo, "o", residual=x, scratch=scratch)
+        act = gate_up_silu(x, layer.w13, eps)
+        gemv(act, layer.w2, "down", residual=x, scratch=scratch)
     return _head(x, w, scratch, tokens, pos, chain, screen, ring)
 
 

@@ -7,8 +7,8 @@ import random
 import torch
 from tokenizers import Tokenizer
 
-from ling_local.tiny.data import Doc, SourceFile, make_docs
-from ling_local.tiny.tokenizer import EOT_ID, encode_batch, fim_example
+from training.data import Doc, SourceFile, make_docs
+from training.tokenizer import EOT_ID, encode_batch, fim_example
 
 
 def docs_to_ids(tok: Tokenizer, docs: list[Doc]) -> list[list[int]]:

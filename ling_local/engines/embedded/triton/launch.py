@@ -11,7 +11,7 @@ from functools import cache
 
 import torch
 
-from ling_local.engines.triton_setup import CONFIGS, SETTINGS, VERIFY_CONFIGS
+from ling_local.engines.embedded.triton.setup import CONFIGS, SETTINGS, VERIFY_CONFIGS
 
 
 def _pow2(n: int) -> int:

@@ -11,11 +11,11 @@ from typing import Any
 import torch
 
 from ling_local.engines.base import FinishReason
-from ling_local.engines.generation import Generation
-from ling_local.engines.llama_runner import LlamaRunner
-from ling_local.engines.prefix_cache import PrefixCache
-from ling_local.engines.sampling import sample
-from ling_local.engines.speculative import accept_prefix
+from ling_local.engines.embedded.generation import Generation
+from ling_local.engines.embedded.llama_runner import LlamaRunner
+from ling_local.engines.embedded.prefix_cache import PrefixCache
+from ling_local.engines.embedded.sampling import sample
+from ling_local.engines.embedded.speculative import accept_prefix
 
 __all__ = ["PREFILL_CHUNK", "Decoder"]
 
@@ -164,7 +164,7 @@ class Decoder:
         """The slot's captured T-token step; for a greedy decode (T = 1) with the Triton
         kernels, the one whose head is the exact int8 screen (`screen_head`) and whose
         tokens go to the host ring (`token_ring`)."""
-        from ling_local.engines.cuda_graphs import GraphStep
+        from ling_local.engines.embedded.cuda_graphs import GraphStep
 
         decode = greedy and t == 1 and self.kernels == "triton"
         screen = decode and self.screen_head

@@ -5,7 +5,7 @@ reads works; what differs is the per-token host work: a handful of tensor ops pe
 no per-step Python objects, and cropping a cache is setting an integer.
 
 On a GPU the single-token decode step is captured in a CUDA graph per KV slot
-(`ling_local.engines.cuda_graphs`); on the CPU it runs eagerly."""
+(`ling_local.engines.embedded.cuda_graphs`); on the CPU it runs eagerly."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ling_local.engines.cpu_decode import LeanDecode, lean_supported
-from ling_local.engines.quant import RescoredHead, int8_available, linear, quantize_int8
+from ling_local.engines.embedded.cpu_decode import LeanDecode, lean_supported
+from ling_local.engines.embedded.quant import RescoredHead, int8_available, linear, quantize_int8
 
 __all__ = ["KVSlot", "LlamaRunner", "LlamaWeights", "supports"]
 

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from ling_local.engines.quant import Int8Weight, RescoredHead
+from ling_local.engines.embedded.quant import Int8Weight, RescoredHead
 
 __all__ = ["LeanDecode", "lean_supported"]
 

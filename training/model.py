@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from ling_local.tiny.tokenizer import EOT_ID, VOCAB_SIZE
+from training.tokenizer import EOT_ID, VOCAB_SIZE
 
 MAX_POSITIONS = 2048
 

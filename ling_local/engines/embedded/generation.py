@@ -13,9 +13,9 @@ from typing import Any
 import torch
 
 from ling_local.engines.base import Delta, FinishReason, GenerationRequest, GenerationStats
-from ling_local.engines.detok import IncrementalDetokenizer, StopMatcher
-from ling_local.engines.prefix_cache import Slot
-from ling_local.engines.speculative import NgramIndex
+from ling_local.engines.embedded.detok import IncrementalDetokenizer, StopMatcher
+from ling_local.engines.embedded.prefix_cache import Slot
+from ling_local.engines.embedded.speculative import NgramIndex
 
 __all__ = ["Generation"]
 

@@ -15,8 +15,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from ling_local.tiny.data import SourceFile, span_block_body, span_line_rest, span_lines
-from ling_local.tiny.tokenizer import encode
+from training.data import SourceFile, span_block_body, span_line_rest, span_lines
+from training.tokenizer import encode
 
 PREFIX_TOKENS = 768
 SUFFIX_TOKENS = 256
@@ -88,15 +88,3 @@ def save_eval_set(examples: list[dict], path: str | Path) -> None:
     data = "".join(json.dumps(e, ensure_ascii=False) + "\n" for e in examples).encode()
     with open(path, "wb") as fh, gzip.GzipFile(fileobj=fh, mode="wb", mtime=0) as gz:
         gz.write(data)
-
-
-def load_eval_set(path: str | Path, limit: int | None = None) -> list[dict]:
-    """The examples, the first ``limit`` of each kind when a limit is given."""
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        examples = [json.loads(line) for line in fh if line.strip()]
-    if limit is None:
-        return examples
-    out: list[dict] = []
-    for kind in ("single", "multi"):
-        out.extend([e for e in examples if e["kind"] == kind][:limit])
-    return out

@@ -1,4 +1,4 @@
-"""Reproduce the embedded models: ``python -m ling_local.tiny.train --out DIR``.
+"""Reproduce the embedded models: ``python -m training.train --out DIR``.
 
 Steps: collect the stdlib's Python files and hold ~3 % out; train the tokenizer; draw the
 eval set from the held-out files; train the target, then the draft; evaluate both against the
@@ -30,25 +30,25 @@ from pathlib import Path
 import torch
 import transformers
 
-from ling_local.tiny import evaluate as ev
-from ling_local.tiny.data import (
+from ling_local.bench import fim_eval as ev
+from training.data import (
     SourceFile,
     collect_files,
     file_list_digest,
     split_files,
     stdlib_root,
 )
-from ling_local.tiny.evalset import build_eval_set, save_eval_set
-from ling_local.tiny.loop import EpochStream, LoopSettings, heldout_loss, train
-from ling_local.tiny.model import count_params, make_config, make_model
-from ling_local.tiny.pack import epoch_rows
-from ling_local.tiny.tokenizer import VOCAB_SIZE, save_hf_tokenizer, train_tokenizer
+from training.evalset import build_eval_set, save_eval_set
+from training.loop import EpochStream, LoopSettings, heldout_loss, train
+from training.model import count_params, make_config, make_model
+from training.pack import epoch_rows
+from training.tokenizer import VOCAB_SIZE, save_hf_tokenizer, train_tokenizer
 
 SEED = 20261129
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="python -m ling_local.tiny.train", description=__doc__)
+    p = argparse.ArgumentParser(prog="python -m training.train", description=__doc__)
     p.add_argument("--out", required=True, type=Path, help="output folder")
     p.add_argument("--export", type=Path, help="also write the transfer layout here")
     p.add_argument("--smoke", action="store_true", help="toy scale, for a CPU, in seconds")

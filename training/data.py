@@ -20,7 +20,7 @@ import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
 
-from ling_local.tiny.tokenizer import SPECIAL_TOKENS
+from training.tokenizer import SPECIAL_TOKENS
 
 HELDOUT_PER_MILLE = 30
 _SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__"}

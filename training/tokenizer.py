@@ -14,20 +14,25 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Literal
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-EOT = "<|endoftext|>"
-FIM_PREFIX = "<|fim_prefix|>"
-FIM_MIDDLE = "<|fim_middle|>"
-FIM_SUFFIX = "<|fim_suffix|>"
-FIM_PAD = "<|fim_pad|>"
-SPECIAL_TOKENS = [EOT, FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX, FIM_PAD]
-EOT_ID, FIM_PREFIX_ID, FIM_MIDDLE_ID, FIM_SUFFIX_ID, FIM_PAD_ID = range(5)
-VOCAB_SIZE = 8192
+from ling_local.bench.fim_eval import (  # noqa: F401 (the format, re-exported for training)
+    EOT,
+    EOT_ID,
+    FIM_MIDDLE_ID,
+    FIM_PAD_ID,
+    FIM_PREFIX_ID,
+    FIM_SUFFIX_ID,
+    SPECIAL_TOKENS,
+    FimMode,
+    decode,
+    encode,
+    fim_prompt,
+    load_tokenizer,
+)
 
-FimMode = Literal["psm", "spm"]
+VOCAB_SIZE = 8192
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = VOCAB_SIZE) -> Tokenizer:
@@ -70,30 +75,8 @@ def save_hf_tokenizer(tok: Tokenizer, out_dir: str | Path, model_max_length: int
     (out / "special_tokens_map.json").write_text(json.dumps(special_map, indent=2) + "\n")
 
 
-def load_tokenizer(model_dir: str | Path) -> Tokenizer:
-    """The raw ``tokenizers`` object: fast, and free of transformers' decode clean-ups."""
-    return Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
-
-
-def encode(tok: Tokenizer, text: str) -> list[int]:
-    return tok.encode(text, add_special_tokens=False).ids
-
-
 def encode_batch(tok: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
     return [e.ids for e in tok.encode_batch(list(texts), add_special_tokens=False)]
-
-
-def decode(tok: Tokenizer, ids: Sequence[int]) -> str:
-    return tok.decode(list(ids), skip_special_tokens=False)
-
-
-def fim_prompt(prefix_ids: list[int], suffix_ids: list[int], mode: FimMode = "psm") -> list[int]:
-    """Token ids of a FIM prompt; the model continues with the middle, then ``<|endoftext|>``."""
-    if mode == "psm":
-        return [FIM_PREFIX_ID, *prefix_ids, FIM_SUFFIX_ID, *suffix_ids, FIM_MIDDLE_ID]
-    if mode == "spm":
-        return [FIM_PREFIX_ID, FIM_SUFFIX_ID, *suffix_ids, FIM_MIDDLE_ID, *prefix_ids]
-    raise ValueError(f"unknown FIM mode {mode!r} (expected 'psm' or 'spm')")
 
 
 def fim_example(

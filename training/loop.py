@@ -13,8 +13,8 @@ import torch
 from tokenizers import Tokenizer
 from tqdm import tqdm
 
-from ling_local.tiny.data import SourceFile
-from ling_local.tiny.pack import epoch_rows
+from training.data import SourceFile
+from training.pack import epoch_rows
 
 
 @dataclass(slots=True)

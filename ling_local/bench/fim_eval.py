@@ -18,14 +18,64 @@ the mean over every position j of every continuation.
 
 from __future__ import annotations
 
+import gzip
 import inspect
+import json
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Literal
 
 import torch
 from tokenizers import Tokenizer
 
-from ling_local.tiny.tokenizer import EOT_ID, FIM_PAD_ID, FimMode, decode, encode, fim_prompt
+EVAL_SET = Path(__file__).resolve().parent / "data" / "fim_eval_set.jsonl.gz"
+"""Fixed FIM examples from held-out files (built by training/evalset.py)."""
+
+EOT = "<|endoftext|>"
+FIM_PREFIX = "<|fim_prefix|>"
+FIM_MIDDLE = "<|fim_middle|>"
+FIM_SUFFIX = "<|fim_suffix|>"
+FIM_PAD = "<|fim_pad|>"
+SPECIAL_TOKENS = [EOT, FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX, FIM_PAD]
+EOT_ID, FIM_PREFIX_ID, FIM_MIDDLE_ID, FIM_SUFFIX_ID, FIM_PAD_ID = range(5)
+
+FimMode = Literal["psm", "spm"]
+
+
+def load_tokenizer(model_dir: str | Path) -> Tokenizer:
+    """The raw ``tokenizers`` object: fast, and free of transformers' decode clean-ups."""
+    return Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
+
+
+def encode(tok: Tokenizer, text: str) -> list[int]:
+    return tok.encode(text, add_special_tokens=False).ids
+
+
+def decode(tok: Tokenizer, ids: Sequence[int]) -> str:
+    return tok.decode(list(ids), skip_special_tokens=False)
+
+
+def fim_prompt(prefix_ids: list[int], suffix_ids: list[int], mode: FimMode = "psm") -> list[int]:
+    """Token ids of a FIM prompt; the model continues with the middle, then ``<|endoftext|>``."""
+    if mode == "psm":
+        return [FIM_PREFIX_ID, *prefix_ids, FIM_SUFFIX_ID, *suffix_ids, FIM_MIDDLE_ID]
+    if mode == "spm":
+        return [FIM_PREFIX_ID, FIM_SUFFIX_ID, *suffix_ids, FIM_MIDDLE_ID, *prefix_ids]
+    raise ValueError(f"unknown FIM mode {mode!r} (expected 'psm' or 'spm')")
+
+
+def load_eval_set(path: str | Path = EVAL_SET, limit: int | None = None) -> list[dict]:
+    """The examples, the first ``limit`` of each kind when a limit is given."""
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        examples = [json.loads(line) for line in fh if line.strip()]
+    if limit is None:
+        return examples
+    out: list[dict] = []
+    for kind in ("single", "multi"):
+        out.extend([e for e in examples if e["kind"] == kind][:limit])
+    return out
+
 
 MAX_NEW = {"single": 48, "multi": 128}
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ling_local.engines.triton_common import (
+from ling_local.engines.embedded.triton.common import (
     _accumulate,
     _first_tile,
     _l2_prefetch,
