@@ -74,7 +74,7 @@ def _drive(run, jsonl: bool) -> None:
                     display.handle(event)
                     last = event
     except KeyboardInterrupt:  # the run has already stopped its generation and logged itself
-        if jsonl:
+        if jsonl and not isinstance(last, ChainError):
             index = getattr(last, "index", -1)
             cancelled = ChainError(index, "cancelled by Ctrl-C", "cancelled")
             sys.stdout.write(event_to_json(cancelled) + "\n")

@@ -9,6 +9,9 @@ it stays in the run log as 'cancelled' and can be resumed.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
@@ -19,6 +22,30 @@ from ling_local.errors import AgentError, ChainCancelled, LingLocalError, StepFa
 __all__ = ["AsyncRun", "Run"]
 
 _END = object()
+
+
+@contextlib.contextmanager
+def _ctrl_c_cancels(cancel: Callable[[], None]) -> Iterator[threading.Event]:
+    """While a sync run is driven from the main thread, SIGINT cancels the run (its stream is
+    closed, so the daemon stops generating) and is remembered, so the caller can raise
+    KeyboardInterrupt once the run has ended. asyncio.Runner's own SIGINT handling is per
+    `run()` call: a Ctrl-C landing as one of those calls completes can be swallowed."""
+    interrupted = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield interrupted
+        return
+
+    def on_sigint(signum: int, frame: object) -> None:
+        if interrupted.is_set():  # a second Ctrl-C: stop waiting for a clean end
+            raise KeyboardInterrupt
+        interrupted.set()
+        cancel()
+
+    previous = signal.signal(signal.SIGINT, on_sigint)
+    try:
+        yield interrupted
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 class AsyncRun:
@@ -141,7 +168,7 @@ class Run:
             )
         if self._arun is not None and self._arun._ended:
             return
-        with asyncio.Runner() as runner:
+        with asyncio.Runner() as runner, _ctrl_c_cancels(self._cancel_on_ctrl_c) as interrupted:
             self._loop = runner.get_loop()
             if self._arun is None:
                 self._arun = runner.run(self._create())
@@ -150,15 +177,22 @@ class Run:
                 while True:
                     item = runner.run(arun._next())
                     if item is _END:
-                        return
+                        break
                     yield item
             finally:
                 if not arun._ended:  # Ctrl-C, an exception in the loop body, or a break
                     runner.run(arun._stop())
                 self._loop = None
+        if interrupted.is_set():
+            raise KeyboardInterrupt
 
     async def _create(self) -> AsyncRun:
         return self._make()
+
+    def _cancel_on_ctrl_c(self) -> None:
+        if self._loop is None or self._arun is None:  # nothing runs yet: stop right here
+            raise KeyboardInterrupt
+        self.cancel()
 
     def cancel(self) -> None:
         """Stop the run; callable from another thread (e.g. a signal or UI handler)."""
