@@ -102,6 +102,9 @@ class GenerationRequest:
     """Set to cancel; engines check it between decode steps (also from worker threads)."""
     queue_s: float = 0.0
     """Filled in by the scheduler: how long the request waited for the engine."""
+    prep_s: float = 0.0
+    """Filled in by the daemon: how long it took to parse the request and build and
+    tokenize its prompt."""
     on_finish: Callable[[GenerationStats], None] | None = None
     """Called once with the final stats when the generation ends, even when nobody reads
     the stream any more (cancelled work is still accounted). May run on any thread."""
@@ -130,9 +133,12 @@ class GenerationStats:
     queue_s: float = 0.0
     """Time the request waited in the scheduler before the engine took it."""
     finish_reason: FinishReason = "stop"
+    trace: dict | None = None
+    """Where the time to the first token went, by phase in ms (engines that trace it:
+    the embedded engine's `Generation.trace`)."""
 
     def as_dict(self) -> dict:
-        return {
+        out = {
             "prompt_tokens": self.prompt_tokens,
             "cached_tokens": self.cached_tokens,
             "completion_tokens": self.completion_tokens,
@@ -143,6 +149,9 @@ class GenerationStats:
             "queue_ms": round(self.queue_s * 1e3, 3),
             "finish_reason": self.finish_reason,
         }
+        if self.trace:
+            out["trace"] = self.trace
+        return out
 
 
 @dataclass(slots=True)

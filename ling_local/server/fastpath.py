@@ -15,6 +15,7 @@ import contextlib
 import json
 import logging
 import sys
+import time
 from collections.abc import Callable, Coroutine
 
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -155,7 +156,10 @@ class GenerationRoutes:
             )
             return
         try:
-            prepared = prepare(self.daemon, await _read_body(receive))
+            body = await _read_body(receive)
+            t0 = time.perf_counter()
+            prepared = prepare(self.daemon, body)
+            prepared.gen.prep_s = time.perf_counter() - t0  # parse, prompt, tokens
             self.daemon.scheduler.check_capacity()
         except LingLocalError as err:
             await _send_error(send, err)

@@ -1,9 +1,15 @@
 """How the embedded engine advances one generation by one step: chunked prefill with prefix
 reuse, then decode — plain, a CUDA-graph burst that reads tokens a step late, or a
-speculative verify of tokens proposed by prompt lookup or a draft model."""
+speculative verify of tokens proposed by prompt lookup or a draft model.
+
+A prompt's last chunk of at most `EXTEND` tokens (a keystroke on a cached file) runs as the
+slot's captured T = `EXTEND` graph step, padded: one graph launch instead of a few hundred
+eager ones. `Decoder.warm_up` runs every shape and captures every graph a request can use
+before the engine says it is ready."""
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -14,13 +20,16 @@ from ling_local.engines.base import FinishReason
 from ling_local.engines.embedded.generation import Generation
 from ling_local.engines.embedded.llama_runner import LlamaRunner
 from ling_local.engines.embedded.prefix_cache import PrefixCache
-from ling_local.engines.embedded.sampling import sample
+from ling_local.engines.embedded.sampling import make_generator, sample
 from ling_local.engines.embedded.speculative import accept_prefix
 
-__all__ = ["PREFILL_CHUNK", "Decoder"]
+__all__ = ["EXTEND", "PREFILL_CHUNK", "Decoder"]
 
-#: Prompt tokens fed per forward pass; bounds how long a higher-priority request waits.
+#: Prompt tokens fed per forward pass where the runner has no chunk size of its own (the
+#: transformers path); bounds how long a higher-priority request waits.
 PREFILL_CHUNK = 512
+#: Tokens of the graph step a short last prompt chunk runs as (GPU): a keystroke adds a few.
+EXTEND = 16
 #: Steps the host queues ahead of the token it reads back (GPU graph decode).
 LAG = 2
 #: Tokens in the ring a chaining Triton step writes into host memory (`token_ring`).
@@ -52,8 +61,15 @@ class Decoder:
         token_ring: bool = True,
         banned_token_ids: tuple[int, ...] = (),
         threads: tuple[int, int] | None = None,
+        speculative: bool = False,
     ) -> None:
         self.runner = runner
+        self.chunk = runner.prefill_chunk if isinstance(runner, LlamaRunner) else PREFILL_CHUNK
+        """Prompt tokens per forward pass."""
+        self.speculative = speculative
+        """Generations may speculate: the warm-up captures the verify step too."""
+        self.captures = 0
+        """Graph steps captured so far (a request's trace counts the ones it captured)."""
         self.threads = threads
         """(decode, prefill) CPU threads; None leaves torch's setting alone."""
         self.banned = torch.tensor(banned_token_ids, dtype=torch.long, device=runner.device)
@@ -79,14 +95,23 @@ class Decoder:
 
     # ------------------------------------------------------------------ slots
     def begin(self, gen: Generation) -> None:
+        gen.marks["picked"] = time.perf_counter()
+        gen.info.update(captures=self.captures, new_shapes=self._shapes_run())
         gen.slot, gen.fed = self.cache.acquire(gen.prompt_ids)
         gen.stats.prompt_tokens = len(gen.prompt_ids)
         gen.stats.cached_tokens = gen.fed
         if self.draft_cache is not None and gen.speculate:
             gen.draft_slot, _ = self.draft_cache.acquire(gen.prompt_ids)
+        gen.marks["slot"] = time.perf_counter()
+
+    def _shapes_run(self) -> int:
+        return len(getattr(self.runner, "prefill_shapes", ()))
 
     def release(self, gen: Generation) -> None:
         """Make each cache hold exactly the tokens its slot lists, and free the slots."""
+        if "captures" in gen.info:  # what this request ran for the first time (its trace)
+            gen.info["captures"] = self.captures - gen.info["captures"]
+            gen.info["new_shapes"] = self._shapes_run() - gen.info["new_shapes"]
         for slot, cache, runner in (
             (gen.slot, self.cache, self.runner),
             (gen.draft_slot, self.draft_cache, self.draft),
@@ -95,6 +120,38 @@ class Decoder:
                 runner.crop(slot.cache, len(slot.ids))
                 cache.release(slot)
         gen.slot = gen.draft_slot = None
+
+    # ------------------------------------------------------------------ warm-up
+    def warm_up(self) -> None:
+        """Run once every kernel and shape a request can use, so that the first request
+        costs what the tenth does: each prefill bucket from the sequence's start and past a
+        prefix (eager), each slot's graph steps (greedy and sampled decode, the T = EXTEND
+        prompt extension, the speculative verify), each replayed once (a graph's first
+        launch uploads it), and the sampling kernels. On the CPU (no buckets, no graphs)
+        only the sampling runs."""
+        runner = self.runner
+        if not isinstance(runner, LlamaRunner):
+            return
+        for r, cache in ((runner, self.cache), (self.draft, self.draft_cache)):
+            if r is not None and cache is not None:
+                _run_buckets(r, cache.slots[0].cache)
+        if self.graphs:
+            sizes = {EXTEND} | ({self.k + 1} if self.speculative else set())
+            for slot in self.cache.slots:
+                steps = [self._graph(slot, 1, True), self._graph(slot, 1, False)]
+                steps += [self._graph(slot, t) for t in sorted(sizes)]
+                for step in steps:  # at the cache's tail, which real positions reach last
+                    step.load([0] * step.t, runner.max_len - step.t)
+                    step.replay()
+        logits = torch.zeros(runner.vocab_size, device=runner.device)
+        self._mask(logits)
+        for temperature, top_p in ((0.0, 1.0), (0.7, 0.9)):
+            sample(logits, temperature, top_p, make_generator(0, runner.device))
+        _restrict(logits, [0])
+        if runner.device.type == "cuda":
+            torch.cuda.synchronize(runner.device)
+        for slot in self.cache.slots:
+            runner.crop(slot.cache, 0)
 
     # ------------------------------------------------------------------ steps
     def step(self, gen: Generation, should_yield: Callable[[], bool]) -> FinishReason | None:
@@ -116,8 +173,12 @@ class Decoder:
 
     def _prefill(self, gen: Generation) -> FinishReason | None:
         slot = gen.slot
-        chunk = gen.prompt_ids[gen.fed : gen.fed + PREFILL_CHUNK]
-        if self.threads and self.threads[0] != self.threads[1] and len(chunk) > 1:
+        chunk = gen.prompt_ids[gen.fed : gen.fed + self.chunk]
+        last = gen.fed + len(chunk) >= len(gen.prompt_ids)
+        if last and self._extends(slot, len(chunk)):
+            logits = self._extend(slot, chunk)
+            gen.info["prefill"] = "graph"
+        elif self.threads and self.threads[0] != self.threads[1] and len(chunk) > 1:
             torch.set_num_threads(self.threads[1])
             try:
                 logits = self.runner.forward(slot.cache, chunk)
@@ -125,17 +186,32 @@ class Decoder:
                 torch.set_num_threads(self.threads[0])
         else:
             logits = self.runner.forward(slot.cache, chunk)
+        gen.info["chunks"] = gen.info.get("chunks", 0) + 1
         slot.ids.extend(chunk)
         gen.fed += len(chunk)
-        if gen.fed < len(gen.prompt_ids):
+        if not last:
             return None
+        gen.info.setdefault("prefill", "eager")
+        gen.marks["launched"] = time.perf_counter()
         logits = self._mask(logits)
         if gen.request.first_token_ids:  # token healing: re-create the dropped prompt text
-            allowed = torch.tensor(gen.request.first_token_ids, device=logits.device)
-            logits = torch.full_like(logits, float("-inf")).index_copy_(
-                -1, allowed, logits.index_select(-1, allowed)
-            )
+            logits = _restrict(logits, gen.request.first_token_ids)
         return gen.on_token(int(sample(logits, *gen.sample_args())))
+
+    def _extends(self, slot: Any, n: int) -> bool:
+        """Whether a last chunk of n tokens runs as the slot's T = EXTEND graph step."""
+        return self.graphs and n <= EXTEND and slot.cache.length + EXTEND <= self.runner.max_len
+
+    def _extend(self, slot: Any, chunk: list[int]) -> torch.Tensor:
+        """Feed a short last chunk through the slot's T = EXTEND graph step, padded: the
+        padding's keys land past the chunk, where nothing reads them before they are
+        overwritten. Returns the last real position's logits [vocab]."""
+        start, n = slot.cache.length, len(chunk)
+        step = self._graph(slot, EXTEND)
+        step.load(chunk + [chunk[-1]] * (EXTEND - n), start)
+        step.replay()
+        slot.cache.length = start + n
+        return step.logits[n - 1].float()
 
     def _mask(self, logits: torch.Tensor) -> torch.Tensor:
         """Rule out the tokens no generation may emit (FIM control tokens)."""
@@ -172,6 +248,7 @@ class Decoder:
         key = (t, screen, ring is not None)
         graphs = slot.cache.graphs
         if key not in graphs:
+            self.captures += 1
             graphs[key] = GraphStep(
                 self.runner.weights,
                 slot.cache,
@@ -265,8 +342,8 @@ class Decoder:
         draft.crop(slot.cache, keep)
         del slot.ids[keep:]
         missing = target_ids[keep:]
-        for i in range(0, len(missing), PREFILL_CHUNK):
-            draft.forward(slot.cache, missing[i : i + PREFILL_CHUNK])
+        for i in range(0, len(missing), draft.prefill_chunk):
+            draft.forward(slot.cache, missing[i : i + draft.prefill_chunk])
         slot.ids.extend(missing)
         token, out = gen.next_token, []
         for _ in range(k):
@@ -295,3 +372,26 @@ class Decoder:
             if reason is not None:
                 return reason
         return None
+
+
+def _restrict(logits: torch.Tensor, allowed: list[int]) -> torch.Tensor:
+    """Only the `allowed` ids keep their logits (token healing's first token)."""
+    index = torch.tensor(allowed, device=logits.device)
+    return torch.full_like(logits, float("-inf")).index_copy_(
+        -1, index, logits.index_select(-1, index)
+    )
+
+
+def _run_buckets(runner: LlamaRunner, cache: Any) -> None:
+    """Each prefill bucket once from position 0 and once past a prefix (the two attention
+    kernels), then the cache emptied."""
+    for size in runner.prefill_buckets:
+        if size > runner.max_len:
+            break
+        runner.crop(cache, 0)
+        runner.forward(cache, [0] * size)
+        at = min(size, runner.max_len - size)
+        if at > 0:
+            runner.crop(cache, at)
+            runner.forward(cache, [0] * size)
+    runner.crop(cache, 0)

@@ -54,7 +54,15 @@ class Generation:
     done: bool = False
     t_start: float = 0.0
     t_first: float | None = None
+    t_second: float | None = None
     t_last: float = 0.0
+    marks: dict[str, float] = field(default_factory=dict)
+    """perf_counter stamps on the way to the first token: "picked" (the worker took it),
+    "slot" (prefix-cache slot acquired), "launched" (the last prompt chunk's kernels
+    queued), "emitted" (the first text handed to the event loop)."""
+    info: dict[str, Any] = field(default_factory=dict)
+    """How the prompt ran: "prefill" (graph or eager), "chunks", and what ran for the first
+    time ("captures": graph steps, "new_shapes": prefill shapes)."""
     stats: GenerationStats = field(default_factory=GenerationStats)
 
     @property
@@ -79,6 +87,8 @@ class Generation:
         now = time.perf_counter()
         if self.t_first is None:
             self.t_first = now
+        elif self.t_second is None:
+            self.t_second = now
         self.t_last = now
         if token in self.stop_ids:
             return "stop"
@@ -97,6 +107,8 @@ class Generation:
         if text:
             self._emit(Delta(text, len(self.unsent_ids), token_ids=self.unsent_ids))
             self.unsent_ids = []
+            if "emitted" not in self.marks:
+                self.marks["emitted"] = time.perf_counter()
         return None
 
     def finish(self, reason: FinishReason, error: str = "") -> None:
@@ -120,6 +132,7 @@ class Generation:
         if self.speculate and self.decode_steps:
             stats.verify_steps = self.decode_steps
             stats.accept_length = round((self.n_generated - 1) / self.decode_steps, 3)
+        stats.trace = self.trace()
         if error:
             log.warning("%s: %s", self.request.request_id, error)
         self._emit(Delta(text, len(self.unsent_ids), reason, stats, error, self.unsent_ids))
@@ -129,6 +142,33 @@ class Generation:
                 self.request.on_finish(stats)
             except Exception:
                 log.exception("on_finish callback failed")
+
+    def trace(self) -> dict[str, Any]:
+        """Where the time to the first token went, in ms: "prep" (the daemon parsed and
+        tokenized the request), "queue" (the scheduler held it), "wait" (until the worker
+        took it), "lookup" (the prefix-cache slot), "launch" (queueing the prompt's
+        kernels), "sync" (until the first token was on the host: the GPU's share of the
+        prefill, and the sampling), "emit" (detokenizing and handing over the first text;
+        the engine's TTFT ends before it), "second" (first to second token: the first
+        decode step); plus how the prompt ran (`info`)."""
+        m = self.marks
+        stamps = [
+            ("wait", self.t_start, m.get("picked")),
+            ("lookup", m.get("picked"), m.get("slot")),
+            ("launch", m.get("slot"), m.get("launched")),
+            ("sync", m.get("launched"), self.t_first),
+            ("emit", self.t_first, m.get("emitted")),
+            ("second", self.t_first, self.t_second),
+        ]
+        out: dict[str, Any] = {
+            "prep": round(self.request.prep_s * 1e3, 3),
+            "queue": round(self.request.queue_s * 1e3, 3),
+        }
+        for name, a, b in stamps:
+            if a is not None and b is not None:
+                out[name] = round((b - a) * 1e3, 3)
+        out.update(self.info)
+        return out
 
     def _visible(self, text: str) -> str:
         """Cut the healed prompt text from the front of the output."""

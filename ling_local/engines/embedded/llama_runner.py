@@ -5,7 +5,14 @@ reads works; what differs is the per-token host work: a handful of tensor ops pe
 no per-step Python objects, and cropping a cache is setting an integer.
 
 On a GPU the single-token decode step is captured in a CUDA graph per KV slot
-(`ling_local.engines.embedded.cuda_graphs`); on the CPU it runs eagerly."""
+(`ling_local.engines.embedded.cuda_graphs`); on the CPU it runs eagerly.
+
+A prompt chunk runs as one forward over all its tokens, its attention one fused (flash)
+call: causal from the top left when the chunk starts the sequence, from the bottom right
+when it extends a cached prefix (its queries see every cached key). On a GPU a chunk is
+padded up to a length bucket (`PREFILL_BUCKETS`), so the set of shapes a prompt can run
+is small and the engine's warm-up runs each of them once: the GEMMs a request needs are
+loaded and chosen before the first request."""
 
 from __future__ import annotations
 
@@ -18,7 +25,20 @@ import torch.nn.functional as F
 from ling_local.engines.embedded.cpu_decode import LeanDecode, lean_supported
 from ling_local.engines.embedded.quant import RescoredHead, int8_available, linear, quantize_int8
 
-__all__ = ["KVSlot", "LlamaRunner", "LlamaWeights", "supports"]
+__all__ = [
+    "PREFILL_BUCKETS",
+    "Causal",
+    "KVSlot",
+    "LlamaRunner",
+    "LlamaWeights",
+    "causal_attention",
+    "supports",
+]
+
+#: Prompt-chunk lengths on a GPU: a chunk is padded up to the first that holds it (the
+#: padding's keys land past the sequence's end, where nothing reads them before they are
+#: overwritten). Powers of two up to 256, then steps of 256: at most 25 % padding there.
+PREFILL_BUCKETS = (16, 32, 64, 128, 256, 512, 768, 1024, 1280, 1536, 1792, 2048)
 
 _SUPPORTED = {"llama", "mistral", "qwen2", "qwen3"}
 
@@ -134,6 +154,14 @@ class KVSlot:
     """The lean step's per-layer views of `kv` (`cpu_decode.LeanDecode.views`)."""
 
 
+@dataclass(frozen=True, slots=True)
+class Causal:
+    """The mask of a prompt chunk that starts at position `start`: each query sees the keys
+    up to its own position (`causal_attention` picks the fused kernel for it)."""
+
+    start: int
+
+
 # --------------------------------------------------------------------------- the math
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     # transformers' LlamaRMSNorm: normalise in float32, cast back, then scale. In float32
@@ -162,7 +190,8 @@ def attention_block(
     keys_values,
 ) -> torch.Tensor:
     """One layer's attention. `write_kv(k, v)` stores [T, kv, hd] keys/values;
-    `keys_values()` returns (keys, values, mask) to attend over."""
+    `keys_values()` returns (keys, values, mask) to attend over: the mask a boolean tensor,
+    None (every key visible) or `Causal`."""
     t = x.shape[0]
     h = rms_norm(x, layer.ln_in, w.eps)
     qkv = linear(h, layer.wqkv, layer.bqkv)
@@ -182,14 +211,42 @@ def attention_block(
         q, k = qk[:, : w.n_heads], qk[:, w.n_heads :]
     write_kv(k, v)
     keys, values, mask = keys_values()
-    out = F.scaled_dot_product_attention(
-        q.transpose(0, 1)[None],
-        keys[None],
-        values[None],
-        attn_mask=mask,
-        enable_gqa=w.n_kv_heads != w.n_heads,
-    )
+    gqa = w.n_kv_heads != w.n_heads
+    if not isinstance(mask, Causal):
+        out = F.scaled_dot_product_attention(
+            q.transpose(0, 1)[None], keys[None], values[None], attn_mask=mask, enable_gqa=gqa
+        )
+    else:
+        out = causal_attention(q.transpose(0, 1)[None], keys[None], values[None], mask.start, gqa)
     return linear(out[0].transpose(0, 1).reshape(t, nq), layer.wo)
+
+
+def causal_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, start: int, gqa: bool
+) -> torch.Tensor:
+    """Attention of a chunk's queries q [1, heads, T, hd] at positions start.. over the keys
+    k, v [1, kv_heads, start + T, hd], each query seeing the keys up to its own position.
+
+    One fused kernel where the device has it: at start 0 SDPA's own causal mode (flash
+    attention on a GPU); past a cached prefix the bottom-right-aligned causal bias, which
+    SDPA runs as flash attention on a GPU in half precision. Otherwise (the CPU, float32 on
+    a GPU) an explicit mask."""
+    t, s = q.shape[2], k.shape[2]
+    if t == 1:  # one query at the end: every key is visible
+        return F.scaled_dot_product_attention(q, k, v, enable_gqa=gqa)
+    if start == 0 and s == t:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+    if q.is_cuda and q.dtype in (torch.float16, torch.bfloat16):
+        from torch.nn.attention.bias import causal_lower_right
+
+        return F.scaled_dot_product_attention(
+            q, k, v, attn_mask=causal_lower_right(t, s), enable_gqa=gqa
+        )
+    rows = torch.arange(s - t, s, device=q.device)[:, None]
+    cols = torch.arange(s, device=q.device)[None, :]
+    return F.scaled_dot_product_attention(
+        q, k, v, attn_mask=(cols <= rows)[None, None], enable_gqa=gqa
+    )
 
 
 def mlp_block(w: LlamaWeights, layer: _Layer, x: torch.Tensor) -> torch.Tensor:
@@ -199,19 +256,22 @@ def mlp_block(w: LlamaWeights, layer: _Layer, x: torch.Tensor) -> torch.Tensor:
 
 
 def forward_tokens(
-    w: LlamaWeights, slot: KVSlot, ids: torch.Tensor, start: int, all_logits: bool
+    w: LlamaWeights,
+    slot: KVSlot,
+    ids: torch.Tensor,
+    start: int,
+    all_logits: bool,
+    n_real: int | None = None,
 ) -> torch.Tensor:
-    """Feed ids at positions start.. into the slot. Returns logits [T or 1, vocab]."""
+    """Feed ids at positions start.. into the slot. Returns logits [T or 1, vocab]: of the
+    first `n_real` positions only (the rest is padding), or of the last real one."""
     t = ids.shape[0]
+    n = t if n_real is None else n_real
     end = start + t
     x = F.embedding(ids, w.embed)
     cos = w.cos[start:end, None, :]
     sin = w.sin[start:end, None, :]
-    mask = None
-    if t > 1:  # causal within the chunk, everything before it visible
-        rows = torch.arange(start, end, device=ids.device)[:, None]
-        cols = torch.arange(end, device=ids.device)[None, :]
-        mask = (cols <= rows)[None, None]
+    causal = Causal(start)
     for i, layer in enumerate(w.layers):
         k_cache, v_cache = slot.k[i], slot.v[i]
 
@@ -220,12 +280,11 @@ def forward_tokens(
             v_cache[:, start:end] = v.transpose(0, 1)
 
         def read(k_cache=k_cache, v_cache=v_cache):
-            return k_cache[:, :end], v_cache[:, :end], mask
+            return k_cache[:, :end], v_cache[:, :end], causal
 
         x = x + attention_block(w, layer, x, cos, sin, write, read)
         x = x + mlp_block(w, layer, x)
-    if not all_logits:
-        x = x[-1:]
+    x = x[:n] if all_logits else x[n - 1 : n]
     return linear(rms_norm(x, w.norm, w.eps), w.lm_head)
 
 
@@ -263,9 +322,34 @@ class LlamaRunner:
         self.vocab_size = self.weights.embed.shape[0]
         self.use_graphs = cuda_graphs and device.type == "cuda"
         """Decode with graph steps (tests may set it on the CPU to run the same logic)."""
+        self.prefill_buckets: tuple[int, ...] = PREFILL_BUCKETS if device.type == "cuda" else ()
+        """Chunk lengths a prompt chunk is padded up to (GPU); () runs every length as it
+        is (the CPU, where padding costs real compute and no kernel is loaded lazily).
+        Tests may set it on the CPU to run the GPU's logic."""
+        self.prefill_shapes: set[tuple[int, bool]] = set()
+        """(chunk length, whether it extends a cached prefix) of every multi-token forward
+        run so far: the warm-up runs each bucket's, and a request's trace counts the ones
+        it ran first (`new_shapes`: the first time a shape runs on a GPU loads and picks
+        its kernels)."""
         self.lean = LeanDecode(self.weights) if lean_supported(self.weights, device) else None
         """The CPU's single-token step (`cpu_decode`); None runs decode through
         `forward_tokens` like any other chunk."""
+
+    @property
+    def prefill_chunk(self) -> int:
+        """Prompt tokens fed per forward pass: the largest bucket on a GPU (a 2,048-token
+        chunk of a 1B model is milliseconds there), 512 on the CPU, where a chunk bounds how
+        long a higher-priority request waits."""
+        return self.prefill_buckets[-1] if self.prefill_buckets else 512
+
+    def bucket(self, n: int, start: int) -> int:
+        """The length a chunk of n tokens at `start` runs as: the first bucket that holds it
+        and fits in the cache, else n."""
+        if n > 1:
+            for size in self.prefill_buckets:
+                if size >= n:
+                    return size if start + size <= self.max_len else n
+        return n
 
     def new_cache(self) -> KVSlot:
         w = self.weights
@@ -296,15 +380,19 @@ class LlamaRunner:
             return self._forward(cache, ids)
 
     def _forward(self, cache: KVSlot, ids: list[int]) -> torch.Tensor:
-        start = cache.length
-        if start + len(ids) > self.max_len:
-            raise ValueError(f"sequence of {start + len(ids)} exceeds the cache ({self.max_len})")
-        if len(ids) == 1 and self.lean is not None and cache.kv is not None:
+        start, n = cache.length, len(ids)
+        if start + n > self.max_len:
+            raise ValueError(f"sequence of {start + n} exceeds the cache ({self.max_len})")
+        if n == 1 and self.lean is not None and cache.kv is not None:
             logits = self.lean.step(cache, ids[0])
             cache.length = start + 1
             return logits
-        logits = forward_tokens(self.weights, cache, self._ids(ids), start, all_logits=False)
-        cache.length = start + len(ids)
+        size = self.bucket(n, start)
+        if n > 1:
+            self.prefill_shapes.add((size, start > 0))
+        padded = ids + [ids[-1]] * (size - n)
+        logits = forward_tokens(self.weights, cache, self._ids(padded), start, False, n)
+        cache.length = start + n
         return logits[0].float()
 
     @torch.inference_mode()

@@ -73,6 +73,7 @@ class TorchEngine:
         self._seq = itertools.count()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        self._warmup_request: GenerationRequest | None = None
 
     @property
     def prefix_cache(self) -> PrefixCache | None:
@@ -88,9 +89,16 @@ class TorchEngine:
             raise
         self._thread = threading.Thread(target=self._worker, name="ling-engine", daemon=True)
         self._thread.start()
-        self.state = EngineState.READY
         if self.profile.engine.warmup:
-            await self._warmup()
+            self.detail = "warming up"
+            try:
+                await self._warmup()
+            except Exception as err:
+                self.state = EngineState.FAILED
+                self.detail = f"warm-up failed: {err}"
+                raise
+            self.detail = ""
+        self.state = EngineState.READY  # only now: the first request is as fast as the tenth
 
     def _load(self) -> None:
         settings, engine = self.profile.model, self.profile.engine
@@ -138,6 +146,7 @@ class TorchEngine:
             token_ring=engine.token_ring,
             threads=threads,
             banned_token_ids=PromptBuilder(self.profile.prompt, self.tokenizer).banned_token_ids(),
+            speculative=engine.speculative != "none",
         )
         log.info(
             "loaded %s on %s (%s, %s path%s) in %.2fs",
@@ -162,16 +171,32 @@ class TorchEngine:
         return LlamaRunner(model, device, self.context_length, engine.cuda_graphs, engine.quantize)
 
     async def _warmup(self) -> None:
-        request = GenerationRequest(
-            prompt="def main():\n",
-            priority=Priority.AGENT,
-            sampling=SamplingParams(max_tokens=4),
-            request_id="warmup",
-        )
-        async for _ in self.stream(request):
-            pass
+        """Before the engine says it is ready: every prefill shape, graph step and sampling
+        kernel a request can use (`Decoder.warm_up`, here on a thread of its own while the
+        worker has nothing to do), then a greedy and a sampled generation through the
+        worker (tokenizer, detokenizer, decode bursts)."""
         assert self.decoder is not None
-        self.decoder.cache.clear()
+        decoder = self.decoder
+
+        def warm() -> None:
+            with torch.inference_mode():
+                decoder.warm_up()
+
+        await asyncio.to_thread(warm)
+        for temperature in (0.0, 0.7):
+            request = GenerationRequest(
+                prompt="def main():\n",
+                priority=Priority.AGENT,
+                sampling=SamplingParams(max_tokens=4, temperature=temperature, seed=0),
+                request_id="warmup",
+            )
+            self._warmup_request = request  # the one request let in before READY
+            try:
+                async for _ in self.stream(request):
+                    pass
+            finally:
+                self._warmup_request = None
+        decoder.cache.clear()
 
     async def stop(self) -> None:
         with self._cond:
@@ -197,7 +222,8 @@ class TorchEngine:
 
     # ----------------------------------------------------------------- streaming
     async def stream(self, request: GenerationRequest) -> AsyncIterator[Delta]:
-        if self.state is not EngineState.READY or self.tokenizer is None:
+        ready = self.state is EngineState.READY or request is self._warmup_request
+        if not ready or self.tokenizer is None:
             raise EngineNotReady(f"engine is {self.state.value}: {self.detail}".rstrip(": "))
         gen = self._new_generation(request)
         with self._cond:
