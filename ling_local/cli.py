@@ -173,14 +173,36 @@ def bench_keystroke(
     profile: ProfileOpt = "tiny",
     prefix_tokens: Annotated[int, typer.Option(help="tokens of the file already cached")] = 1500,
     new_prompt_tokens: Annotated[int, typer.Option(help="tokens a keystroke adds")] = 8,
+    cold_tokens: Annotated[
+        int | None, typer.Option(help="cold prompts' tokens (default: prefix + new)")
+    ] = None,
+    decode_tokens: Annotated[int, typer.Option(help="tokens per TPOT run")] = 128,
+    repeats: Annotated[int, typer.Option(help="cold and cached runs (median)")] = 7,
+    out: Annotated[str | None, typer.Option(help="JSON file, rewritten after each phase")] = None,
 ) -> None:
-    """The editor's case on a profile as shipped: time to the first token when the file so
-    far is cached, against nothing cached; plus decode TPOT through the streaming API."""
+    """The editor's case through a fresh daemon on a profile as shipped: time to the first
+    token of the first request after /health said ready, of a cold prompt, and of a
+    keystroke on a cached file (at the client and in the engine, with the engine's
+    per-phase trace); plus decode TPOT."""
     import json
+    from pathlib import Path
 
     from ling_local.bench.keystroke import keystroke_latency
 
-    typer.echo(json.dumps(keystroke_latency(profile, prefix_tokens, new_prompt_tokens), indent=1))
+    def save(result: dict) -> None:
+        if out:
+            Path(out).write_text(json.dumps(result, indent=1))
+
+    result = keystroke_latency(
+        profile,
+        prefix_tokens,
+        new_prompt_tokens,
+        cold_tokens,
+        decode_tokens,
+        repeats,
+        save=save,
+    )
+    typer.echo(json.dumps(result, indent=1))
 
 
 @bench_app.command("edit")
@@ -209,7 +231,7 @@ def bench_engine(
     new_tokens: int = 256,
     repeats: int = 3,
     baselines: Annotated[
-        str, typer.Option(help="comma list: hf-static,gptfast")
+        str, typer.Option(help="comma list: hf-static,gptfast,sglang (needs --sglang-profile)")
     ] = "hf-static,gptfast",
     variants: Annotated[
         str,
@@ -221,8 +243,22 @@ def bench_engine(
     workload: Annotated[
         str, typer.Option(help="random (random prompt ids) or edit (the code-editing prompt)")
     ] = "random",
+    ttft_cold_tokens: Annotated[
+        int, typer.Option(help="TTFT columns: cold prompt tokens (0: no TTFT columns)")
+    ] = 2000,
+    ttft_prefix_tokens: Annotated[
+        int, typer.Option(help="TTFT columns: cached prefix tokens")
+    ] = 1500,
+    ttft_new_tokens: Annotated[
+        int, typer.Option(help="TTFT columns: a keystroke's new tokens")
+    ] = 16,
+    tpot: Annotated[bool, typer.Option(help="measure TPOT (--no-tpot: TTFT only)")] = True,
+    sglang_profile: Annotated[
+        str | None, typer.Option(help="SGLang profile (flags, env) of the sglang baseline")
+    ] = None,
 ) -> None:
-    """Batch-1 decode of the embedded engine vs transformers and a gpt-fast-style loop.
+    """Batch-1 decode and time to first token of the embedded engine vs transformers, a
+    gpt-fast-style loop and (with --sglang-profile) SGLang, on the same model.
     --model copy-1b: the shipped tiny model inside the Llama-3.2-1B shape (copies its
     prompt, unlike random weights)."""
 
@@ -241,6 +277,9 @@ def bench_engine(
         baselines=split(baselines),
         variants=split(variants),
         workload=workload,
+        ttft=(ttft_cold_tokens, ttft_prefix_tokens, ttft_new_tokens) if ttft_cold_tokens else None,
+        tpot=tpot,
+        sglang_profile=sglang_profile,
     )
     typer.echo(result.markdown())
 

@@ -30,6 +30,10 @@ class Row:
     same_tokens: str = ""
     note: str = ""
     runs_ms: list[float] = field(default_factory=list)
+    ttft_cold_ms: float | None = None
+    """Time to first token of a cold prompt (`ttft.TTFTPrompts.cold`)."""
+    ttft_cached_ms: float | None = None
+    """Time to first token of a keystroke's new tokens after a cached prefix."""
 
 
 def _sync(device: torch.device) -> None:

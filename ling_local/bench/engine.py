@@ -7,7 +7,10 @@ on the same random-weight model, in one run.
   loop compiled with CUDA graphs (`gptfast.py`, written for this comparison);
 - ours: the engine's streaming API (what the daemon consumes), with CUDA graphs (eager and
   compiled step), plus prompt-lookup speculation on a code-editing prompt;
-- every greedy output is compared token for token with transformers' eager reference.
+- every greedy output is compared token for token with transformers' eager reference;
+- time to first token (`ttft.py`): a cold prompt and a keystroke on a cached prefix, for
+  transformers' static cache, the gpt-fast-style model, the engine and (with an SGLang
+  profile) SGLang on the same checkpoint.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from ling_local.bench.baselines import (
     copy_bandwidth,
     hf_generate,
 )
+from ling_local.bench.ttft import TTFTPrompts, hf_ttft, ttft_prompts
 
 __all__ = ["EngineBenchResult", "engine_stream", "run_engine_bench"]
 
@@ -65,14 +69,30 @@ class EngineBenchResult:
             + (f" at {self.copy_tb_s:.2f} TB/s" if self.copy_tb_s else "")
             + ".",
             "",
-            "| engine | TPOT ms | × floor | TTFT ms | same tokens as HF eager | note |",
-            "|---|---|---|---|---|---|",
+            "| engine | TPOT ms | × floor | TTFT ms | TTFT cold ms | TTFT cached ms "
+            "| same tokens as HF eager | note |",
+            "|---|---|---|---|---|---|---|---|",
         ]
+
+        def ms(value: float | None, digits: int = 1) -> str:
+            return "" if value is None else f"{value:.{digits}f}"
+
         for r in self.rows:
             x = f"{r.tpot_ms / self.floor_ms:.2f}" if r.tpot_ms and self.floor_ms else ""
-            tpot = f"{r.tpot_ms:.3f}" if r.tpot_ms is not None else "failed"
-            ttft = f"{r.ttft_ms:.1f}" if r.ttft_ms is not None else ""
-            lines.append(f"| {r.name} | {tpot} | {x} | {ttft} | {r.same_tokens} | {r.note} |")
+            tpot = ms(r.tpot_ms, 3) if r.tpot_ms is not None or "failed" not in r.note else "failed"
+            lines.append(
+                f"| {r.name} | {tpot} | {x} | {ms(r.ttft_ms)} | {ms(r.ttft_cold_ms, 2)} "
+                f"| {ms(r.ttft_cached_ms, 2)} | {r.same_tokens} | {r.note} |"
+            )
+        if self.extra.get("ttft"):
+            t = self.extra["ttft"]
+            lines += [
+                "",
+                f"TTFT cold: a {t['cold_tokens']}-token prompt, nothing cached; TTFT cached: "
+                f"{t['new_tokens']} new tokens after a cached {t['prefix_tokens']}-token "
+                "prefix; medians of the repeats, in process (SGLang: at the client of its "
+                "/generate stream).",
+            ]
         return "\n".join(lines)
 
 
@@ -126,10 +146,16 @@ def ours(
     screen_head: bool = True,
     token_ring: bool = True,
     name: str = "ling-local engine",
+    ttft: TTFTPrompts | None = None,
+    tpot: bool = True,
 ) -> tuple[Row, list[int], dict]:
+    """The engine as a profile runs it (warm-up included), through its streaming API:
+    TPOT of `new_tokens` after `prompt` (cold each time, like the baselines) unless not
+    `tpot`, and the TTFT columns with `ttft`."""
     from ling_local.config import profile_from_dict
     from ling_local.engines.embedded.torch_engine import TorchEngine
 
+    longest = max(len(prompt) + new_tokens, ttft.longest if ttft else 0)
     profile = profile_from_dict(
         {
             "name": "bench",
@@ -137,11 +163,11 @@ def ours(
                 "path": str(model_dir),
                 "device": device,
                 "dtype": "bfloat16" if device != "cpu" else "float32",
-                "context_length": min(4096, len(prompt) + new_tokens + 64),
+                "context_length": min(4096, longest + 64),
             },
             "engine": {
                 "cache_slots": 1,
-                "warmup": False,
+                "warmup": True,
                 "cuda_graphs": cuda_graphs,
                 "compile": compile_step,
                 "kernels": kernels,
@@ -157,30 +183,64 @@ def ours(
         engine = TorchEngine(profile)
         t0 = time.perf_counter()
         await engine.start()
-        await engine_stream(engine, prompt, min(new_tokens, 32))  # capture/compile
         warm = time.perf_counter() - t0
         tpots, ttfts, ids, stats = [], [], [], None
-        for _ in range(repeats):
-            engine.decoder.cache.clear()  # cold prompt each time, like the baselines
-            stamps, ids, stats = await engine_stream(engine, prompt, new_tokens)
-            ttfts.append(stamps[0] * 1e3)
-            tpots.append((stamps[-1] - stamps[0]) / (len(stamps) - 1) * 1e3)
-        extra = {"accept_length": stats.accept_length, "verify_steps": stats.verify_steps}
-        if device == "cuda" and not compile_step:  # compiling more step sizes costs minutes
-            extra["graph_step_ms"] = await asyncio.to_thread(
-                _time_graph_steps, engine, (1, 5, 9), len(prompt) + new_tokens // 2
-            )
-        await engine.stop()
-        note = f"start+warm-up {warm:.0f}s"
-        if stats.accept_length:
-            note += f", accept length {stats.accept_length:.2f}"
-        return (
-            Row(name, statistics.median(tpots), statistics.median(ttfts), note=note, runs_ms=tpots),
-            ids,
-            extra,
+        extra: dict = {}
+        if tpot:
+            await engine_stream(engine, prompt, min(new_tokens, 32))  # first-call costs
+            for _ in range(repeats):
+                engine.decoder.cache.clear()  # cold prompt each time, like the baselines
+                stamps, ids, stats = await engine_stream(engine, prompt, new_tokens)
+                ttfts.append(stamps[0] * 1e3)
+                tpots.append((stamps[-1] - stamps[0]) / (len(stamps) - 1) * 1e3)
+            extra = {"accept_length": stats.accept_length, "verify_steps": stats.verify_steps}
+            if device == "cuda" and not compile_step:  # compiling more step sizes costs minutes
+                extra["graph_step_ms"] = await asyncio.to_thread(
+                    _time_graph_steps, engine, (1, 5, 9), len(prompt) + new_tokens // 2
+                )
+        row = Row(
+            name,
+            statistics.median(tpots) if tpots else None,
+            statistics.median(ttfts) if ttfts else None,
+            note=f"start+warm-up {warm:.0f}s",
+            runs_ms=tpots,
         )
+        if stats is not None and stats.accept_length:
+            row.note += f", accept length {stats.accept_length:.2f}"
+        if ttft is not None:
+            row.ttft_cold_ms, row.ttft_cached_ms, extra["ttft_traces"] = await _ttft(engine, ttft)
+        await engine.stop()
+        return row, ids, extra
 
     return asyncio.run(main())
+
+
+async def _ttft(engine: Any, prompts: TTFTPrompts) -> tuple[float, float, dict]:
+    """The TTFT columns through the engine's streaming API (the cache emptied before each
+    cold prompt and each prefix); with the engine's median trace of each kind."""
+    from ling_local.bench.keystroke import median_trace
+
+    async def first(ids: list[int]) -> tuple[float, dict]:
+        stamps, _, stats = await engine_stream(engine, ids, 1)
+        return stamps[0], stats.trace or {}
+
+    cold, cached = [], []
+    for ids in prompts.cold:
+        engine.decoder.cache.clear()
+        cold.append(await first(ids))
+    for new in prompts.keystrokes:
+        engine.decoder.cache.clear()
+        await engine_stream(engine, prompts.prefix, 1)
+        cached.append(await first(prompts.prefix + new))
+    traces = {
+        "cold": median_trace([t for _, t in cold]),
+        "cached": median_trace([t for _, t in cached]),
+    }
+    return (
+        round(statistics.median(s for s, _ in cold) * 1e3, 3),
+        round(statistics.median(s for s, _ in cached) * 1e3, 3),
+        traces,
+    )
 
 
 def _time_graph_steps(engine: Any, sizes: tuple[int, ...], at: int = 0) -> dict[Any, float]:
@@ -240,6 +300,35 @@ def edit_prompt(model_dir: Path, max_tokens: int) -> list[int]:
 
 
 # --------------------------------------------------------------------------- main
+_VARIANTS: dict[str, dict[str, Any]] = {
+    "eager": dict(cuda_graphs=False, name="ling-local engine, no graphs"),
+    "graphs": dict(name="ling-local engine"),
+    "compiled": dict(compile_step=True, name="ling-local engine, compiled graph step"),
+    "triton": dict(kernels="triton", name="ling-local engine, Triton kernels"),
+    "triton-exact-head": dict(
+        kernels="triton",
+        screen_head=False,
+        name="ling-local engine, Triton kernels, full bf16 head",
+    ),
+    "triton-copy": dict(
+        kernels="triton",
+        token_ring=False,
+        name="ling-local engine, Triton kernels, a token copy a step",
+    ),
+    "prompt-lookup-triton": dict(
+        speculative="prompt_lookup",
+        kernels="triton",
+        name="ling-local engine, Triton kernels, prompt lookup",
+    ),
+    "prompt-lookup": dict(speculative="prompt_lookup", name="ling-local engine, prompt lookup"),
+    "prompt-lookup-compiled": dict(
+        speculative="prompt_lookup",
+        compile_step=True,
+        name="ling-local engine, compiled, prompt lookup",
+    ),
+}
+
+
 def run_engine_bench(
     *,
     device: str = "cuda",
@@ -251,11 +340,17 @@ def run_engine_bench(
     baselines: tuple[str, ...] = ("hf-eager", "hf-static", "gptfast"),
     variants: tuple[str, ...] = ("graphs", "compiled", "prompt-lookup"),
     workload: str = "random",
+    ttft: tuple[int, int, int] | None = (2000, 1500, 16),
+    tpot: bool = True,
+    sglang_profile: str | None = None,
 ) -> EngineBenchResult:
     """`model`: a checkpoint directory, "copy-1b" (`copying_model`) or None (random
     weights of the Llama-3.2-1B shape). `workload`: "random" (random prompt ids of
     `prompt_tokens`) or "edit" (the code-editing prompt of `bench edit`, as long as the
-    model's context allows)."""
+    model's context allows). `ttft`: (cold prompt tokens, cached prefix tokens, new tokens)
+    of the TTFT columns, None for none; `tpot`: False measures only those. Baseline
+    "sglang" launches SGLang from `sglang_profile` (an SGLang profile: flags, environment)
+    on the same checkpoint. The JSON is rewritten after every row."""
     from rich.progress import Progress
     from transformers import AutoModelForCausalLM
 
@@ -288,90 +383,11 @@ def run_engine_bench(
         prompt = torch.randint(
             3, min(vocab, 30000), (prompt_tokens,), generator=torch.Generator().manual_seed(0)
         ).tolist()
+    prompts = ttft_prompts(vocab, *ttft, max(repeats, 3)) if ttft else None
     rows: list[Row] = []
     extra: dict = {}
-    steps = len(baselines) + len(variants) + 1
-    with Progress(transient=False) as progress:
-        task = progress.add_task("engine bench", total=steps)
-        reference = None
-        with torch.inference_mode():
-            row, reference = hf_generate(hf, prompt, new_tokens, repeats)
-        row.same_tokens = "reference"
-        rows.append(row)
-        progress.advance(task)
-        for name in baselines:
-            progress.update(task, description=name)
-            try:
-                if name == "hf-eager":
-                    pass
-                elif name == "hf-static":
-                    row, toks = hf_generate(hf, prompt, new_tokens, repeats, static=True)
-                    row.same_tokens = _matching(reference, toks)
-                    rows.append(row)
-                elif name == "gptfast" and dev.type == "cuda":
-                    from ling_local.bench.gptfast import gptfast_tpot
-
-                    row_dict, toks = gptfast_tpot(hf, prompt, new_tokens, repeats)
-                    rows.append(Row(**row_dict, same_tokens=_matching(reference, toks)))
-            except Exception as err:  # a baseline that breaks is reported, not fatal
-                rows.append(Row(name, None, note=f"failed: {type(err).__name__}: {err}"[:200]))
-            progress.advance(task)
-        del hf
-        if dev.type == "cuda":
-            torch.cuda.empty_cache()
-        for variant in variants:
-            progress.update(task, description=variant)
-            kw: dict[str, Any] = {}
-            if variant == "eager":
-                kw = dict(cuda_graphs=False, name="ling-local engine, no graphs")
-            elif variant == "graphs":
-                kw = dict(
-                    name="ling-local engine" + (", CUDA graphs" if dev.type == "cuda" else "")
-                )
-            elif variant == "compiled":
-                kw = dict(compile_step=True, name="ling-local engine, compiled graph step")
-            elif variant == "triton":
-                kw = dict(kernels="triton", name="ling-local engine, Triton kernels")
-            elif variant == "triton-exact-head":
-                kw = dict(
-                    kernels="triton",
-                    screen_head=False,
-                    name="ling-local engine, Triton kernels, full bf16 head",
-                )
-            elif variant == "triton-copy":
-                kw = dict(
-                    kernels="triton",
-                    token_ring=False,
-                    name="ling-local engine, Triton kernels, a token copy a step",
-                )
-            elif variant == "prompt-lookup-triton":
-                kw = dict(
-                    speculative="prompt_lookup",
-                    kernels="triton",
-                    name="ling-local engine, Triton kernels, prompt lookup",
-                )
-            elif variant == "prompt-lookup":
-                kw = dict(speculative="prompt_lookup", name="ling-local engine, prompt lookup")
-            elif variant == "prompt-lookup-compiled":
-                kw = dict(
-                    speculative="prompt_lookup",
-                    compile_step=True,
-                    name="ling-local engine, compiled, prompt lookup",
-                )
-            try:
-                row, toks, info = ours(model_dir, device, prompt, new_tokens, repeats, **kw)
-                row.same_tokens = _matching(reference, toks)
-                rows.append(row)
-                extra[variant] = info
-            except Exception as err:
-                rows.append(
-                    Row(
-                        kw.get("name", variant),
-                        None,
-                        note=f"failed: {type(err).__name__}: {err}"[:200],
-                    )
-                )
-            progress.advance(task)
+    if ttft:
+        extra["ttft"] = dict(zip(("cold_tokens", "prefix_tokens", "new_tokens"), ttft, strict=True))
     result = EngineBenchResult(
         device=torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
         model=str(model_dir),
@@ -384,6 +400,102 @@ def run_engine_bench(
         rows=rows,
         extra=extra,
     )
-    (out / "engine_bench.json").write_text(json.dumps(asdict(result), indent=1))
-    (out / "engine_bench.md").write_text(result.markdown() + "\n")
+
+    def save() -> None:
+        (out / "engine_bench.json").write_text(json.dumps(asdict(result), indent=1))
+        (out / "engine_bench.md").write_text(result.markdown() + "\n")
+
+    def failed(name: str, err: Exception) -> Row:  # a row that breaks is reported, not fatal
+        return Row(name, None, note=f"failed: {type(err).__name__}: {err}"[:300])
+
+    steps = len(baselines) + len(variants) + 1
+    with Progress(transient=False) as progress:
+        task = progress.add_task("engine bench", total=steps)
+        reference = None
+        if tpot:
+            with torch.inference_mode():
+                row, reference = hf_generate(hf, prompt, new_tokens, repeats)
+            row.same_tokens = "reference"
+            rows.append(row)
+            save()
+        progress.advance(task)
+        for name in [b for b in baselines if b not in ("hf-eager", "sglang")]:
+            progress.update(task, description=name)
+            try:
+                rows.append(_baseline(name, hf, prompt, new_tokens, repeats, prompts, reference))
+            except Exception as err:
+                rows.append(failed(name, err))
+            save()
+            progress.advance(task)
+        del hf
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+        for variant in variants:
+            progress.update(task, description=variant)
+            kw = dict(_VARIANTS.get(variant, {"name": variant}))
+            if variant == "graphs" and dev.type == "cuda":
+                kw["name"] += ", CUDA graphs"
+            try:
+                if variant not in _VARIANTS:
+                    raise ValueError(f"unknown variant; choose from {', '.join(_VARIANTS)}")
+                row, toks, info = ours(
+                    model_dir, device, prompt, new_tokens, repeats, ttft=prompts, tpot=tpot, **kw
+                )
+                row.same_tokens = _matching(reference, toks)
+                rows.append(row)
+                extra[variant] = info
+            except Exception as err:
+                rows.append(failed(kw["name"], err))
+            save()
+            progress.advance(task)
+        if "sglang" in baselines:
+            progress.update(task, description="sglang")
+            try:
+                from ling_local.bench.ttft import sglang_row
+
+                if not sglang_profile:
+                    raise ValueError("the sglang baseline needs --sglang-profile")
+                row, toks = sglang_row(
+                    sglang_profile, model_dir, prompt, new_tokens, repeats, prompts
+                )
+                row.same_tokens = _matching(reference, toks)
+                rows.append(row)
+            except Exception as err:
+                rows.append(failed("SGLang", err))
+            save()
+            progress.advance(task)
     return result
+
+
+def _baseline(
+    name: str,
+    hf: Any,
+    prompt: list[int],
+    new_tokens: int,
+    repeats: int,
+    prompts: TTFTPrompts | None,
+    reference: list[int] | None,
+) -> Row:
+    """A transformers or gpt-fast-style row: TPOT unless there is no `reference` (TTFT
+    only), TTFT columns with `prompts`."""
+    cuda = hf.device.type == "cuda"
+    if name == "hf-static":
+        row = Row("transformers, static cache", None)
+        if reference is not None:
+            with torch.inference_mode():
+                row, toks = hf_generate(hf, prompt, new_tokens, repeats, static=True)
+            row.same_tokens = _matching(reference, toks)
+        if prompts is not None:
+            row.ttft_cold_ms, row.ttft_cached_ms = hf_ttft(hf, prompts)
+        return row
+    if name == "gptfast":
+        from ling_local.bench.gptfast import gptfast_tpot, gptfast_ttft
+
+        row = Row("gpt-fast-style model", None, note="prefill eager")
+        if reference is not None and cuda:
+            row_dict, toks = gptfast_tpot(hf, prompt, new_tokens, repeats)
+            row = Row(**row_dict, same_tokens=_matching(reference, toks))
+        if prompts is not None:
+            row.ttft_cold_ms, row.ttft_cached_ms = gptfast_ttft(hf, prompts)
+        return row
+    raise ValueError(f"unknown baseline {name!r}")

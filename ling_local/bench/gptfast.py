@@ -12,7 +12,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-__all__ = ["gptfast_tpot"]
+__all__ = ["gptfast_tpot", "gptfast_ttft"]
 
 
 class _Model(torch.nn.Module):
@@ -40,6 +40,11 @@ class _Model(torch.nn.Module):
             att, mlp = layer.self_attn, layer.mlp
             block.ln1 = param(layer.input_layernorm.weight)
             block.wqkv = param(torch.cat([att.q_proj.weight, att.k_proj.weight, att.v_proj.weight]))
+            block.bqkv = (
+                param(torch.cat([att.q_proj.bias, att.k_proj.bias, att.v_proj.bias]))
+                if att.q_proj.bias is not None  # Qwen2
+                else None
+            )
             block.wo = param(att.o_proj.weight)
             block.ln2 = param(layer.post_attention_layernorm.weight)
             block.w13 = param(torch.cat([mlp.gate_proj.weight, mlp.up_proj.weight]))
@@ -73,7 +78,7 @@ class _Model(torch.nn.Module):
         mask = self.causal[None, None, pos]
         nq, nk = self.n_heads * self.head_dim, self.n_kv * self.head_dim
         for b in self.layers:
-            qkv = F.linear(self.norm_(x, b.ln1), b.wqkv)
+            qkv = F.linear(self.norm_(x, b.ln1), b.wqkv, b.bqkv)
             q = qkv[..., :nq].view(1, t, self.n_heads, self.head_dim).transpose(1, 2)
             k = qkv[..., nq : nq + nk].view(1, t, self.n_kv, self.head_dim).transpose(1, 2)
             v = qkv[..., nq + nk :].view(1, t, self.n_kv, self.head_dim).transpose(1, 2)
@@ -140,3 +145,31 @@ def gptfast_tpot(
         runs_ms=tpots,
     )
     return row, tokens
+
+
+def gptfast_ttft(hf: Any, prompts: Any) -> tuple[float, float]:
+    """(cold, cached) median TTFT in ms of the model's prefill (eager, as `gptfast_tpot`'s
+    and gpt-fast's own without --compile_prefill): a cold prompt from position 0, and a
+    keystroke's tokens after the prefix (filled once; the same cache positions are
+    rewritten each run). `prompts`: `ttft.TTFTPrompts`."""
+    model = _Model(hf, prompts.longest + 8)
+    dev = model.embed.device
+
+    def feed(ids: list[int], start: int) -> float:
+        t0 = time.perf_counter()
+        x = torch.tensor([ids], device=dev)
+        pos = torch.arange(start, start + len(ids), device=dev)
+        int(model.forward(x, pos)[0, -1].argmax())
+        return time.perf_counter() - t0
+
+    start = len(prompts.prefix)
+    with torch.inference_mode():
+        feed(prompts.cold[0], 0)  # first-call costs
+        cold = [feed(ids, 0) for ids in prompts.cold]
+        feed(prompts.prefix, 0)
+        feed(prompts.keystrokes[0], start)
+        cached = [feed(new, start) for new in prompts.keystrokes]
+    return (
+        round(statistics.median(cold) * 1e3, 3),
+        round(statistics.median(cached) * 1e3, 3),
+    )

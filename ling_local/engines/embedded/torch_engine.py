@@ -175,7 +175,7 @@ class TorchEngine:
         kernel a request can use (`Decoder.warm_up`, here on a thread of its own while the
         worker has nothing to do), then a greedy and a sampled generation through the
         worker (tokenizer, detokenizer, decode bursts)."""
-        assert self.decoder is not None
+        assert self.decoder is not None and self.tokenizer is not None
         decoder = self.decoder
 
         def warm() -> None:
@@ -185,7 +185,8 @@ class TorchEngine:
         await asyncio.to_thread(warm)
         for temperature in (0.0, 0.7):
             request = GenerationRequest(
-                prompt="def main():\n",
+                prompt="",
+                prompt_ids=self.tokenizer.encode("def main():\n") or [0],  # never empty
                 priority=Priority.AGENT,
                 sampling=SamplingParams(max_tokens=4, temperature=temperature, seed=0),
                 request_id="warmup",
