@@ -96,7 +96,9 @@ class Decoder:
     # ------------------------------------------------------------------ slots
     def begin(self, gen: Generation) -> None:
         gen.marks["picked"] = time.perf_counter()
-        gen.info.update(captures=self.captures, new_shapes=self._shapes_run())
+        gen.info["captures"] = self.captures
+        if getattr(self.runner, "prefill_buckets", ()):  # shapes are counted with buckets
+            gen.info["new_shapes"] = len(self.runner.prefill_shapes)
         gen.slot, gen.fed = self.cache.acquire(gen.prompt_ids)
         gen.stats.prompt_tokens = len(gen.prompt_ids)
         gen.stats.cached_tokens = gen.fed
@@ -104,14 +106,12 @@ class Decoder:
             gen.draft_slot, _ = self.draft_cache.acquire(gen.prompt_ids)
         gen.marks["slot"] = time.perf_counter()
 
-    def _shapes_run(self) -> int:
-        return len(getattr(self.runner, "prefill_shapes", ()))
-
     def release(self, gen: Generation) -> None:
         """Make each cache hold exactly the tokens its slot lists, and free the slots."""
         if "captures" in gen.info:  # what this request ran for the first time (its trace)
             gen.info["captures"] = self.captures - gen.info["captures"]
-            gen.info["new_shapes"] = self._shapes_run() - gen.info["new_shapes"]
+        if "new_shapes" in gen.info:
+            gen.info["new_shapes"] = len(self.runner.prefill_shapes) - gen.info["new_shapes"]
         for slot, cache, runner in (
             (gen.slot, self.cache, self.runner),
             (gen.draft_slot, self.draft_cache, self.draft),

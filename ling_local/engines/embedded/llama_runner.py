@@ -327,10 +327,10 @@ class LlamaRunner:
         is (the CPU, where padding costs real compute and no kernel is loaded lazily).
         Tests may set it on the CPU to run the GPU's logic."""
         self.prefill_shapes: set[tuple[int, bool]] = set()
-        """(chunk length, whether it extends a cached prefix) of every multi-token forward
-        run so far: the warm-up runs each bucket's, and a request's trace counts the ones
-        it ran first (`new_shapes`: the first time a shape runs on a GPU loads and picks
-        its kernels)."""
+        """With buckets, (chunk length, whether it extends a cached prefix) of every
+        multi-token forward run so far: the warm-up runs each bucket's, and a request's
+        trace counts the ones it ran first (`new_shapes`: the first time a shape runs on a
+        GPU loads and picks its kernels)."""
         self.lean = LeanDecode(self.weights) if lean_supported(self.weights, device) else None
         """The CPU's single-token step (`cpu_decode`); None runs decode through
         `forward_tokens` like any other chunk."""
@@ -388,7 +388,7 @@ class LlamaRunner:
             cache.length = start + 1
             return logits
         size = self.bucket(n, start)
-        if n > 1:
+        if n > 1 and self.prefill_buckets:
             self.prefill_shapes.add((size, start > 0))
         padded = ids + [ids[-1]] * (size - n)
         logits = forward_tokens(self.weights, cache, self._ids(padded), start, False, n)
