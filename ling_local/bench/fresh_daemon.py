@@ -4,6 +4,7 @@ ling_local the benchmark was imported from, and the time from launch to `/health
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -12,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -19,7 +21,22 @@ import httpx
 import ling_local
 from ling_local.errors import LingLocalError
 
-__all__ = ["FreshDaemon"]
+__all__ = ["FreshDaemon", "sigterm_exits"]
+
+
+@contextlib.contextmanager
+def sigterm_exits() -> Iterator[None]:
+    """While inside: SIGTERM (a time limit's `timeout`) exits through the stack, so a
+    benchmark's `with`/`finally` blocks still stop the servers it started."""
+
+    def exit_now(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, exit_now)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 class FreshDaemon:

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from ling_local.bench.fresh_daemon import FreshDaemon
+from ling_local.bench.fresh_daemon import FreshDaemon, sigterm_exits
 from ling_local.bench.rawhttp import SSEConnection
 
 __all__ = ["keystroke_latency", "median_trace"]
@@ -178,7 +178,7 @@ def keystroke_latency(
         finally:
             await conn.aclose()
 
-    with FreshDaemon(profile_name) as daemon:
+    with sigterm_exits(), FreshDaemon(profile_name) as daemon:
         saved("ready_s", round(daemon.wait_ready(ready_timeout), 2))
         asyncio.run(measure(daemon))
     return result

@@ -154,6 +154,7 @@ def sglang_row(
 
     import httpx
 
+    from ling_local.bench.fresh_daemon import sigterm_exits
     from ling_local.config import load_profile
     from ling_local.engines.sglang.command import build_command, free_port
     from ling_local.engines.sglang.process import ChildProcess
@@ -161,64 +162,68 @@ def sglang_row(
     profile = load_profile(profile_path)
     profile.model.path = str(model_dir)
     command = build_command(profile, port=free_port(), api_key=secrets.token_hex(16))
-    log_path = Path(tempfile.mkdtemp(prefix="ling-bench-sglang-")) / "sglang.log"
-    child = ChildProcess(command, log_path)
-    t_start = time.perf_counter()
-    child.start()
+    child = ChildProcess(
+        command, Path(tempfile.mkdtemp(prefix="ling-bench-sglang-")) / "sglang.log"
+    )
     headers = {"Authorization": f"Bearer {command.api_key}"}
-    try:
-        with httpx.Client(base_url=command.url, headers=headers, timeout=120, trust_env=False) as h:
-            deadline = t_start + profile.sglang.startup_timeout_s
-            while True:
-                if child.returncode is not None:
-                    raise RuntimeError("SGLang exited: " + " | ".join(child.tail(8)))
-                if time.perf_counter() > deadline:
-                    raise RuntimeError("SGLang was not healthy in time: " + child.tail(3)[-1])
-                try:
-                    if h.get("/health", timeout=5).status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    pass
-                time.sleep(0.25)
-            ready_s = time.perf_counter() - t_start
+    with sigterm_exits():
+        t0 = time.perf_counter()
+        child.start()
+        try:
+            with httpx.Client(
+                base_url=command.url, headers=headers, timeout=120, trust_env=False
+            ) as http:
+                _wait_healthy(http, child, t0 + profile.sglang.startup_timeout_s)
+                row, ids = _sglang_timings(http, prompt, new_tokens, repeats, prompts)
+            row.note = f"start {time.perf_counter() - t0:.0f}s" + row.note
+            return row, ids
+        finally:
+            asyncio.run(child.stop(grace_s=10.0))
 
-            def gen(ids: list[int], n: int) -> tuple[float, float, int, dict]:
-                sampling = {"max_new_tokens": n, "temperature": 0.0, "ignore_eos": True}
-                body = {"input_ids": ids, "sampling_params": sampling, "stream": True}
-                return _stream(h, "/generate", body)
 
-            gen(prompt, 8)  # first-call costs
-            tpots = []
-            for _ in range(repeats):
-                first, last, n, _ = gen(prompt, new_tokens)
-                tpots.append((last - first) / max(1, n - 1) * 1e3)
-            tokens = h.post(
-                "/generate",
-                json={
-                    "input_ids": prompt,
-                    "sampling_params": {"max_new_tokens": new_tokens, "temperature": 0.0},
-                },
-            ).json()
-            ids = tokens.get("output_ids") or (tokens[0] if isinstance(tokens, list) else {}).get(
-                "output_ids", []
-            )
-            row = Row(
-                "SGLang (/generate, token ids)",
-                statistics.median(tpots),
-                note=f"start {ready_s:.0f}s",
-                runs_ms=tpots,
-            )
-            if prompts is not None:
-                gen(prompts.cold[0][::-1], 1)  # the cold shape's first-call costs, not cached
-                row.ttft_cold_ms = _median_ms([gen(c, 1)[0] for c in prompts.cold])
-                cached, hits = [], []
-                for new in prompts.keystrokes:
-                    gen(prompts.prefix, 1)
-                    first, _, _, meta = gen(prompts.prefix + new, 1)
-                    cached.append(first)
-                    hits.append(meta.get("cached_tokens", -1))
-                row.ttft_cached_ms = _median_ms(cached)
-                row.note += f", cached tokens {min(hits)}-{max(hits)}"
-            return row, list(ids)
-    finally:
-        asyncio.run(child.stop(grace_s=10.0))
+def _wait_healthy(http: Any, child: Any, deadline: float) -> None:
+    import httpx
+
+    while True:
+        if child.returncode is not None:
+            raise RuntimeError("SGLang exited: " + " | ".join(child.tail(8)))
+        if time.perf_counter() > deadline:
+            raise RuntimeError("SGLang was not healthy in time: " + " | ".join(child.tail(3)))
+        try:
+            if http.get("/health", timeout=5).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.25)
+
+
+def _sglang_timings(
+    http: Any, prompt: list[int], new_tokens: int, repeats: int, prompts: TTFTPrompts | None
+) -> tuple[Row, list[int]]:
+    def gen(ids: list[int], n: int) -> tuple[float, float, int, dict]:
+        sampling = {"max_new_tokens": n, "temperature": 0.0, "ignore_eos": True}
+        return _stream(
+            http, "/generate", {"input_ids": ids, "sampling_params": sampling, "stream": True}
+        )
+
+    gen(prompt, 8)  # first-call costs
+    tpots = []
+    for _ in range(repeats):
+        first, last, n, _ = gen(prompt, new_tokens)
+        tpots.append((last - first) / max(1, n - 1) * 1e3)
+    sampling = {"max_new_tokens": new_tokens, "temperature": 0.0}
+    answer = http.post("/generate", json={"input_ids": prompt, "sampling_params": sampling}).json()
+    answer = answer[0] if isinstance(answer, list) else answer
+    row = Row("SGLang (/generate, token ids)", statistics.median(tpots), note="", runs_ms=tpots)
+    if prompts is not None:
+        gen(prompts.cold[0][::-1], 1)  # the cold shape's first-call costs, not cached
+        row.ttft_cold_ms = _median_ms([gen(c, 1)[0] for c in prompts.cold])
+        cached, hits = [], []
+        for new in prompts.keystrokes:
+            gen(prompts.prefix, 1)
+            first, _, _, meta = gen(prompts.prefix + new, 1)
+            cached.append(first)
+            hits.append(meta.get("cached_tokens", -1))
+        row.ttft_cached_ms = _median_ms(cached)
+        row.note = f", cached tokens {min(hits)}-{max(hits)}"
+    return row, list(answer.get("output_ids") or [])
