@@ -171,6 +171,9 @@ class LimitSettings(_Section):
     """Largest max_tokens a request may ask for."""
     max_stop: int = Field(default=8, ge=0)
     """Most stop strings a request may give."""
+    request_read_timeout_s: float = Field(default=10.0, gt=0)
+    """A client must send its whole request (headers and body) within this many seconds
+    of connecting, or of the request's first byte; slower ones are disconnected."""
 
 
 #: Environment the lent multi-GPU machines (and any shared GPU host) need: NVLink multicast
@@ -315,6 +318,11 @@ class Profile(BaseSettings):
     def _fill_defaults(self) -> Profile:
         if self.model.name is None:
             self.model.name = self.name
+        for field in ("completion_max_tokens", "chat_max_tokens"):
+            if getattr(self.sampling, field) > self.limits.max_tokens:
+                raise ValueError(
+                    f"sampling.{field} is above limits.max_tokens ({self.limits.max_tokens})"
+                )
         return self
 
     @property

@@ -6,7 +6,8 @@ LingLocalError
 │   ├── EngineNotReady          still starting, or stopped
 │   └── EngineCrashed           the engine died while serving a request
 ├── RequestError                the request itself is wrong (HTTP 400)
-│   └── ContextLengthExceeded   the prompt does not fit the model's context
+│   ├── ContextLengthExceeded   the prompt does not fit the model's context
+│   └── BodyTooLarge            the request body is over the daemon's limit (HTTP 413)
 ├── GenerationCancelled         the generation was cancelled or superseded
 ├── Overloaded                  too many requests waiting (HTTP 429)
 ├── AgentError                  a chain (ling_local.agents) could not run to its end
@@ -29,6 +30,7 @@ __all__ = [
     "APIStatusError",
     "AgentError",
     "AuthenticationError",
+    "BodyTooLarge",
     "ChainCancelled",
     "ChainDefinitionError",
     "ClientError",
@@ -91,6 +93,10 @@ class RequestError(LingLocalError):
 
 class ContextLengthExceeded(RequestError):
     error_type = "context_length_exceeded"
+
+
+class BodyTooLarge(RequestError):
+    status_code = 413
 
 
 class GenerationCancelled(LingLocalError):

@@ -85,7 +85,7 @@ class Scheduler:
         ticket = self._enqueue(request, key)
         request_on_finish = request.on_finish
         request.on_finish = lambda stats: self._on_finish(ticket, stats, request_on_finish)
-        finished = False
+        finished = failed = False
         try:
             await self._wait_admitted(ticket)
             async with aclosing(self.engine.stream(request)) as deltas:
@@ -93,8 +93,15 @@ class Scheduler:
                     if delta.finish_reason is not None:
                         finished = True
                     yield delta
+        except Exception:
+            # The request failed (an engine error, a queue timeout): not a client that left.
+            failed = ticket.cancel_reason is None
+            if failed:
+                priority = request.priority.name.lower()
+                self.metrics.requests.labels(priority, "error").inc()
+            raise
         finally:
-            if not finished and ticket.cancel_reason is None:
+            if not finished and not failed and ticket.cancel_reason is None:
                 ticket.cancel_reason = "disconnected"
             if not finished:
                 request.cancel()

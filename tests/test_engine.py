@@ -111,15 +111,6 @@ async def test_cancel_stops_within_one_step(engine: TorchEngine) -> None:
     assert engine.health().running == 0
 
 
-async def test_empty_and_oversized_prompts_are_refused(engine: TorchEngine) -> None:
-    from ling_local.errors import RequestError
-
-    with pytest.raises(RequestError):
-        await _generate(engine, ids=[], max_tokens=1)
-    with pytest.raises(RequestError):
-        await _generate(engine, ids=[5] * (engine.context_length + 1), max_tokens=1)
-
-
 async def test_two_streams_interleave_by_priority(engine: TorchEngine) -> None:
     low = GenerationRequest(
         prompt="a = [",

@@ -23,6 +23,7 @@ from ling_local.metrics import Metrics
 from ling_local.scheduler import Scheduler
 from ling_local.server.fastpath import GenerationRoutes
 from ling_local.server.openai_api import describe_validation_error, router
+from ling_local.server.openapi import document_generation_routes
 from ling_local.server.security import BodySizeLimit, SecurityMiddleware
 from ling_local.server.state import DaemonState
 
@@ -88,6 +89,7 @@ def create_app(
     )
     app.state.daemon = daemon
     app.include_router(router)
+    document_generation_routes(app, daemon.requests)
 
     @app.get("/health")
     async def health() -> JSONResponse:

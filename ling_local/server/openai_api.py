@@ -8,6 +8,7 @@ engine's timings (TTFT, TPOT, queue wait, cached tokens, accept length)."""
 from __future__ import annotations
 
 import json
+import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -21,12 +22,14 @@ from pydantic import ValidationError
 
 from ling_local.engines.base import Delta, GenerationRequest, GenerationStats, Priority
 from ling_local.errors import GenerationCancelled, LingLocalError, RequestError
+from ling_local.prompts import BuiltPrompt
 from ling_local.server.schemas import ChatCompletionRequest, CompletionRequest, _Body
 from ling_local.server.state import DaemonState
 
 __all__ = ["Prepared", "collect", "parse_body", "prepare_chat", "prepare_completion", "router"]
 
 router = APIRouter()
+log = logging.getLogger(__name__)
 
 _DONE = b"data: [DONE]\n\n"
 _SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
@@ -82,38 +85,31 @@ async def list_models(request: Request) -> dict[str, Any]:
 
 def parse_body(raw: bytes, model: type[_Body]) -> _Body:
     """Read and validate a JSON body whatever its Content-Type (curl users forget it).
-    pydantic parses and validates in one pass (the token-id prompt of a benchmark is
-    thousands of numbers); a body it refuses as JSON is parsed again for a precise message."""
+
+    The one parser every generation request goes through: pydantic's JSON parser reads
+    and validates in one pass, and its verdict on the JSON itself is final. It refuses
+    what Python's `json` would let through to fail later: nesting past its recursion limit,
+    numbers past 4,300 digits, lone surrogates (in ``\\u`` escapes or raw bytes) and invalid
+    UTF-8. Messages name the field, never echo the input."""
     try:
         return model.model_validate_json(raw)
     except ValidationError as err:
-        errors = err.errors()
-    if not any(e.get("type") == "json_invalid" for e in errors):
-        if errors and errors[0].get("type") == "model_type" and not errors[0].get("loc"):
-            raise RequestError("the request body must be a JSON object")
-        message, param = describe_validation_error(errors)
-        raise RequestError(message, param=param)
-    return _parse_body_slowly(raw, model)
-
-
-def _parse_body_slowly(raw: bytes, model: type[_Body]) -> _Body:
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise RequestError(f"the request body is not valid UTF-8 (byte {err.start})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise RequestError(
-            f"the request body is not valid JSON: {err.msg} at line {err.lineno} column {err.colno}"
-        ) from None
-    if not isinstance(data, dict):
+        errors = err.errors(include_input=False, include_url=False)
+    if errors and errors[0].get("type") == "json_invalid":
+        raise RequestError(_json_problem(raw, errors[0])) from None
+    if errors and errors[0].get("type") == "model_type" and not errors[0].get("loc"):
         raise RequestError("the request body must be a JSON object")
+    message, param = describe_validation_error(errors)
+    raise RequestError(message, param=param)
+
+
+def _json_problem(raw: bytes, error: dict) -> str:
     try:
-        return model.model_validate(data)
-    except ValidationError as err:
-        message, param = describe_validation_error(err.errors())
-        raise RequestError(message, param=param) from None
+        raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        return f"the request body is not valid UTF-8 (byte {err.start})"
+    detail = (error.get("ctx") or {}).get("error")
+    return "the request body is not valid JSON" + (f": {detail}" if detail else "")
 
 
 def describe_validation_error(errors: list[dict]) -> tuple[str, str | None]:
@@ -125,7 +121,7 @@ def describe_validation_error(errors: list[dict]) -> tuple[str, str | None]:
             return "the request body is not valid JSON", None
         field = ".".join(loc)
         param = param or (loc[0] if loc else None)
-        msg = item.get("msg", "invalid value")
+        msg = item.get("msg", "invalid value").removeprefix("Value error, ")
         problems.append(f"{field}: {msg}" if field else msg)
     return "; ".join(problems) or "invalid request", param
 
@@ -144,24 +140,18 @@ class Prepared:
 
 
 def prepare_completion(st: DaemonState, raw: bytes) -> Prepared:
-    body = parse_body(raw, CompletionRequest)
+    body = parse_body(raw, st.requests.completion)
     assert isinstance(body, CompletionRequest)
     st.check_model(body.model)
     prompts = st.ready_prompts()
     if isinstance(body.prompt, list):  # token ids
-        if body.suffix is not None:
-            raise RequestError("suffix needs a text prompt", param="suffix")
         vocab = getattr(getattr(st.engine, "tokenizer", None), "vocab_size", None)
         if vocab is not None and max(body.prompt) >= vocab:
             raise RequestError(f"prompt token ids must be below {vocab}", param="prompt")
-        from ling_local.prompts import BuiltPrompt
-
         built = BuiltPrompt("", list(body.prompt), prompts.stop, prompts.stop_token_ids)
     else:
-        if not body.prompt and not body.suffix:
-            raise RequestError("the prompt is empty", param="prompt")
         built = prompts.completion(body.prompt, body.suffix)
-    sampling = st.sampling(body, chat=False, built=built)
+    sampling = st.sampling(body, built)
     fim = (
         (body.prompt, body.suffix)
         if isinstance(body.prompt, str) and body.suffix is not None
@@ -205,7 +195,7 @@ def prepare_completion(st: DaemonState, raw: bytes) -> Prepared:
 
 
 def prepare_chat(st: DaemonState, raw: bytes) -> Prepared:
-    body = parse_body(raw, ChatCompletionRequest)
+    body = parse_body(raw, st.requests.chat)
     assert isinstance(body, ChatCompletionRequest)
     st.check_model(body.model)
     prompts = st.ready_prompts()
@@ -216,10 +206,8 @@ def prepare_chat(st: DaemonState, raw: bytes) -> Prepared:
         }
         for m in body.messages
     ]
-    if not any(m["content"] for m in messages):
-        raise RequestError("every message is empty", param="messages")
     built = prompts.chat(messages)
-    sampling = st.sampling(body, chat=True, built=built)
+    sampling = st.sampling(body, built)
     gen = st.request(
         built, sampling, body.priority, Priority.CHAT, body.json_schema(), messages=messages
     )
@@ -347,7 +335,7 @@ async def _relay(
                     yield _chunk(head, choice(delta.text, None), extra)
                     continue
                 if (err := _finish_error(delta)) is not None:
-                    yield _error_event(err.message, err.error_type)
+                    yield _error_event(err.message, err.error_type) + _DONE
                     return
                 stats = delta.stats.as_dict() if delta.stats else None
                 extra = f',"ling":{_dumps(stats)}'
@@ -366,4 +354,7 @@ async def _relay(
                 return
         yield _DONE
     except LingLocalError as err:
-        yield _error_event(err.message, err.error_type)
+        yield _error_event(err.message, err.error_type) + _DONE
+    except Exception as err:  # the stream still ends with an event the client can read
+        log.exception("generation failed")
+        yield _error_event(f"internal error: {type(err).__name__}", "server_error") + _DONE

@@ -15,16 +15,26 @@ import ipaddress
 import json
 from collections.abc import Iterable
 
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-__all__ = ["LOOPBACK_HOSTS", "SecurityMiddleware", "is_loopback_address"]
+from ling_local.errors import BodyTooLarge
 
-LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
+__all__ = [
+    "LOOPBACK_HOSTS",
+    "BodySizeLimit",
+    "SecurityMiddleware",
+    "host_name",
+    "is_loopback_address",
+]
+
+LOOPBACK_HOSTS = frozenset({"localhost", "127.0.0.1", "[::1]"})
 OPEN_PATHS = frozenset({"/health"})
 
 
 def is_loopback_address(host: str) -> bool:
-    if host in ("localhost", ""):
+    """A bind address that only this machine can reach. An empty host is not one: the
+    socket layer reads it as every interface."""
+    if host == "localhost":
         return True
     try:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
@@ -32,11 +42,27 @@ def is_loopback_address(host: str) -> bool:
         return False
 
 
-def _host_name(value: str) -> str:
-    value = value.strip().lower()
-    if value.startswith("["):  # [::1]:8741
-        return value[: value.find("]") + 1] if "]" in value else value
-    return value.rsplit(":", 1)[0] if value.count(":") == 1 else value
+def host_name(value: str) -> str | None:
+    """The host part of a ``Host`` header (``name``, ``name:port``, ``[v6]`` or
+    ``[v6]:port``), lowercased; None when the value is not well formed (a port that is not
+    1-65535, anything after the closing bracket but a port, a bare IPv6 address)."""
+    value = value.lower()
+    if value.startswith("["):
+        end = value.find("]")
+        if end < 0:
+            return None
+        host, rest = value[: end + 1], value[end + 1 :]
+    else:
+        host = value.split(":", 1)[0]
+        rest = value[len(host) :]
+    if rest:
+        port = rest[1:]
+        if (
+            not (rest[0] == ":" and port.isascii() and port.isdigit() and len(port) <= 5)
+            or not 0 < int(port) <= 65535
+        ):
+            return None
+    return host or None
 
 
 async def _deny(send: Send, status: int, message: str, error_type: str) -> None:
@@ -67,14 +93,19 @@ class SecurityMiddleware:
             await self.app(scope, receive, send)
             return
         host = origin = auth = None
+        hosts = 0
         for name, value in scope["headers"]:
             if name == b"host":
                 host = value
+                hosts += 1
             elif name == b"origin":
                 origin = value
             elif name == b"authorization":
                 auth = value
-        if host is None or _host_name(host.decode("latin-1")) not in self._hosts:
+        if hosts > 1:  # RFC 9112: a request with several Host headers is answered 400
+            await _deny(send, 400, "more than one Host header", "invalid_request_error")
+            return
+        if host is None or host_name(host.decode("latin-1")) not in self._hosts:
             await _deny(
                 send,
                 403,
@@ -104,12 +135,10 @@ class SecurityMiddleware:
         await self.app(scope, receive, send)
 
 
-class _BodyTooLarge(Exception):
-    pass
-
-
 class BodySizeLimit:
-    """413 (as a JSON error) for bodies over the limit, by Content-Length or while reading."""
+    """413 (as a JSON error) for bodies over the limit: by Content-Length before anything is
+    read, or while reading a chunked body (`BodyTooLarge` from `receive`, which the routes
+    answer as any other request error)."""
 
     def __init__(self, app: ASGIApp, *, max_bytes: int) -> None:
         self.app = app
@@ -121,21 +150,21 @@ class BodySizeLimit:
             return
         for name, value in scope["headers"]:
             if name == b"content-length" and (not value.isdigit() or int(value) > self.max_bytes):
-                await self._refuse(send)
+                await _deny(send, 413, self._message(), "invalid_request_error")
                 return
         seen = 0
         started = False
 
-        async def limited_receive():
+        async def limited_receive() -> Message:
             nonlocal seen
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
-                    raise _BodyTooLarge
+                    raise BodyTooLarge(self._message())
             return message
 
-        async def tracking_send(message):
+        async def tracking_send(message: Message) -> None:
             nonlocal started
             if message["type"] == "http.response.start":
                 started = True
@@ -143,14 +172,9 @@ class BodySizeLimit:
 
         try:
             await self.app(scope, limited_receive, tracking_send)
-        except _BodyTooLarge:
+        except BodyTooLarge as err:  # a route that let it through unanswered
             if not started:
-                await self._refuse(send)
+                await _deny(send, 413, err.message, err.error_type)
 
-    async def _refuse(self, send: Send) -> None:
-        await _deny(
-            send,
-            413,
-            f"request body too large (limit {self.max_bytes} bytes)",
-            "invalid_request_error",
-        )
+    def _message(self) -> str:
+        return f"request body too large (limit {self.max_bytes} bytes)"

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
+import stat
 import time
 from collections.abc import Sequence
 
@@ -17,8 +19,9 @@ from ling_local.engines.base import Engine, EngineState
 from ling_local.errors import ConfigError
 from ling_local.server.app import create_app
 from ling_local.server.security import is_loopback_address
+from ling_local.server.timeouts import read_deadline_protocol
 
-__all__ = ["check_bind", "run_daemon"]
+__all__ = ["check_bind", "check_model_dirs", "run_daemon"]
 
 log = logging.getLogger("ling_local.serve")
 
@@ -27,7 +30,7 @@ def check_bind(host: str, allow_remote: bool) -> None:
     """Refuse a non-loopback address unless the user explicitly asked for it."""
     if not is_loopback_address(host) and not allow_remote:
         raise ConfigError(
-            f"refusing to listen on {host}: that exposes the model to the network. "
+            f"refusing to listen on {host or 'every interface (empty --host)'}: that exposes the model to the network. "
             "ling-local listens on 127.0.0.1 by default; pass --allow-remote (and put the "
             "daemon behind TLS) if you really mean it"
         )
@@ -36,11 +39,18 @@ def check_bind(host: str, allow_remote: bool) -> None:
 class _Server(uvicorn.Server):
     """uvicorn, plus the discovery file once the socket is bound."""
 
-    def __init__(self, config: uvicorn.Config, profile: Profile, url_hint: str) -> None:
+    def __init__(
+        self,
+        config: uvicorn.Config,
+        profile: Profile,
+        url_hint: str,
+        own_socket: tuple[int, int] | None,
+    ) -> None:
         super().__init__(config)
         self.profile = profile
         self.url_hint = url_hint
         self.url = url_hint
+        self.own_socket = own_socket
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
@@ -48,8 +58,7 @@ class _Server(uvicorn.Server):
             return
         if self.config.uds is None and self.servers:
             port = self.servers[0].sockets[0].getsockname()[1]
-            host = self.config.host
-            self.url = f"http://{'[' + host + ']' if ':' in host else host}:{port}"
+            self.url = f"http://{_url_host(self.config.host)}:{port}"
         discovery.write_daemon_info(self.url, self.profile.name, self.profile.served_model_name)
         asyncio.get_running_loop().create_task(self._announce_ready())
 
@@ -58,7 +67,11 @@ class _Server(uvicorn.Server):
         try:
             await super().shutdown(sockets)
         finally:
-            _cleanup(self.config.uds)
+            self.cleanup()
+
+    def cleanup(self) -> None:
+        discovery.remove_daemon_info()
+        _remove_own_socket(self.config.uds, self.own_socket)
 
     async def _announce_ready(self) -> None:
         t0 = time.perf_counter()
@@ -98,10 +111,66 @@ def _bind_tcp(host: str, port: int) -> socket.socket:
     return sock
 
 
-def _cleanup(uds: str | None) -> None:
-    discovery.remove_daemon_info()
-    if uds is not None and os.path.exists(uds):
-        os.unlink(uds)
+def _bind_unix(path: str) -> tuple[socket.socket, tuple[int, int]]:
+    """A unix socket at `path` that only this user can connect to (mode 0600). Whatever is
+    at `path` already is left alone unless it is the socket of a daemon that is gone.
+    Returns the socket and its file's identity (device, inode) for the clean-up."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISSOCK(st.st_mode):
+            raise ConfigError(f"refusing to listen on {path}: a file that is not a socket is there")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(path)
+        except OSError:
+            os.unlink(path)  # a stale socket from a crashed daemon
+        else:
+            raise ConfigError(f"refusing to listen on {path}: another process listens there")
+        finally:
+            probe.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    # The socket file is created by bind() with the umask's mode: no moment at 0666.
+    old_umask = os.umask(0o177)
+    try:
+        sock.bind(path)
+    except OSError as err:
+        sock.close()
+        raise ConfigError(f"the daemon could not listen on {path}: {err.strerror}") from None
+    finally:
+        os.umask(old_umask)
+    st = os.lstat(path)
+    sock.set_inheritable(True)
+    return sock, (st.st_dev, st.st_ino)
+
+
+def _remove_own_socket(path: str | None, identity: tuple[int, int] | None) -> None:
+    """Delete the unix socket this daemon created, and nothing that replaced it."""
+    if path is None or identity is None:
+        return
+    with contextlib.suppress(OSError):
+        st = os.lstat(path)
+        if stat.S_ISSOCK(st.st_mode) and (st.st_dev, st.st_ino) == identity:
+            os.unlink(path)
+
+
+def check_model_dirs(profile: Profile) -> None:
+    """The embedded engine reads local directories only: a missing one is a profile
+    error now, not an engine that fails to start in the background."""
+    if profile.engine.kind != "torch":
+        return
+    m = profile.model
+    fields = [("model.path", m.path), ("model.tokenizer_path", m.tokenizer_path)]
+    if profile.engine.speculative in ("draft", "auto"):
+        fields.append(("model.draft_path", m.draft_path))
+    for name, value in fields:
+        directory = profile.resolve_path(value)
+        if directory is not None and not directory.is_dir():
+            raise ConfigError(
+                f"model directory {directory} not found ({name} of profile {profile.name})"
+            )
 
 
 def run_daemon(
@@ -118,10 +187,14 @@ def run_daemon(
 ) -> None:
     """Serve `profile` until SIGTERM/SIGINT. `engine` replaces the profile's engine (only the
     benchmark token source of `ling-local bench overhead` passes one)."""
-    sockets = None
+    check_model_dirs(profile)
     if uds is None:
         check_bind(host, allow_remote)
         sockets = [_bind_tcp(host, port)]  # fail now, before the model loads
+        own_socket = None
+    else:
+        unix, own_socket = _bind_unix(uds)
+        sockets = [unix]
     token = discovery.ensure_token()
     app = create_app(
         profile,
@@ -130,13 +203,13 @@ def run_daemon(
         allowed_origins=allowed_origins,
         allowed_hosts=allowed_hosts,
     )
-    if uds is not None and os.path.exists(uds):
-        os.unlink(uds)  # a stale socket from a crashed daemon
     config = uvicorn.Config(
         app,
         host=host,
         port=port,
         uds=uds,
+        http=read_deadline_protocol(profile.limits.request_read_timeout_s),
+        timeout_keep_alive=5,
         log_level=log_level if log_level != "info" else "warning",
         access_log=False,
         # Loopback only: no proxy in front whose X-Forwarded-* headers would be believed
@@ -146,11 +219,21 @@ def run_daemon(
         timeout_graceful_shutdown=5,
         log_config=None,
     )
-    url = f"unix:{uds}" if uds else f"http://{host}:{port}"
-    server = _Server(config, profile, url)
+    url = f"unix:{uds}" if uds else f"http://{_url_host(host)}:{port}"
+    server = _Server(config, profile, url, own_socket)
     try:
         server.run(sockets=sockets)
     finally:
-        _cleanup(uds)
+        server.cleanup()
     if not server.started:
         raise ConfigError(f"the daemon could not listen on {url}")
+
+
+def _url_host(host: str) -> str:
+    """How a client on this machine reaches a daemon bound to `host` (a wildcard address
+    is reached through loopback)."""
+    if host in ("", "0.0.0.0"):
+        return "127.0.0.1"
+    if host.strip("[]") == "::":
+        return "[::1]"
+    return f"[{host.strip('[]')}]" if ":" in host else host

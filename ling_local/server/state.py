@@ -11,7 +11,12 @@ from ling_local.errors import ContextLengthExceeded, EngineNotReady, RequestErro
 from ling_local.metrics import Metrics
 from ling_local.prompts import BuiltPrompt, PromptBuilder
 from ling_local.scheduler import Scheduler
-from ling_local.server.schemas import ChatCompletionRequest, CompletionRequest
+from ling_local.server.schemas import (
+    ChatCompletionRequest,
+    CompletionRequest,
+    RequestModels,
+    request_models,
+)
 
 __all__ = ["DaemonState"]
 
@@ -24,6 +29,11 @@ class DaemonState:
     scheduler: Scheduler
     prompts: PromptBuilder | None = None
     started: float = field(default_factory=time.time)
+    requests: RequestModels = field(init=False)
+    """The request bodies with this profile's limits and defaults bound in."""
+
+    def __post_init__(self) -> None:
+        self.requests = request_models(self.profile)
 
     @property
     def model_name(self) -> str:
@@ -44,47 +54,36 @@ class DaemonState:
 
     def check_model(self, requested: str | None) -> None:
         if requested and requested != self.model_name:
+            shown = requested if len(requested) <= 80 else requested[:77] + "..."
             raise RequestError(
-                f"model {requested!r} is not served here; this daemon serves "
+                f"model {shown!r} is not served here; this daemon serves "
                 f"{self.model_name!r} (see /v1/models)",
                 param="model",
             )
 
+    @staticmethod
     def sampling(
-        self, body: CompletionRequest | ChatCompletionRequest, *, chat: bool, built: BuiltPrompt
+        body: CompletionRequest | ChatCompletionRequest, built: BuiltPrompt
     ) -> SamplingParams:
-        defaults = self.profile.sampling
-        limit = self.profile.limits.max_tokens
-        max_tokens = (
-            body.max_tokens
-            or body.max_completion_tokens
-            or (defaults.chat_max_tokens if chat else defaults.completion_max_tokens)
-        )
-        if max_tokens > limit:
-            raise RequestError(
-                f"max_tokens is {max_tokens}; this daemon allows at most {limit}",
-                param="max_tokens",
-            )
-        stops = body.stop_list()
-        if len(stops) > self.profile.limits.max_stop:
-            raise RequestError(f"at most {self.profile.limits.max_stop} stop strings", param="stop")
-        temperature = body.temperature
-        if temperature is None:
-            temperature = defaults.chat_temperature if chat else defaults.temperature
+        """The engine's sampling parameters from a validated body (limits and defaults
+        were applied by its schema)."""
+        assert body.max_tokens is not None and body.temperature is not None
+        assert body.top_p is not None
         # ignore_eos (benchmarks) means exactly max_tokens tokens: the prompt format's own
         # end markers go too; only stop strings the request itself gives still apply.
         implicit_stop = () if body.ignore_eos else built.stop
         return SamplingParams(
-            max_tokens=max_tokens,
-            temperature=temperature,
-            top_p=body.top_p if body.top_p is not None else defaults.top_p,
+            max_tokens=body.max_tokens,
+            temperature=body.temperature,
+            top_p=body.top_p,
             seed=body.seed,
-            stop=tuple(dict.fromkeys([*stops, *implicit_stop])),
+            stop=tuple(dict.fromkeys([*body.stop_list(), *implicit_stop])),
             stop_token_ids=() if body.ignore_eos else built.stop_token_ids,
             ignore_eos=body.ignore_eos,
         )
 
     def check_context(self, built: BuiltPrompt) -> None:
+        """The prompt fits the model's context (checked here once; engines trust it)."""
         if built.ids is None:
             return
         n = len(built.ids)

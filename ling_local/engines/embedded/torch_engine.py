@@ -43,7 +43,7 @@ from ling_local.engines.embedded.llama_runner import LlamaRunner, supports
 from ling_local.engines.embedded.prefix_cache import PrefixCache
 from ling_local.engines.embedded.sampling import make_generator
 from ling_local.engines.embedded.speculative import NgramIndex
-from ling_local.errors import ConfigError, EngineNotReady, RequestError
+from ling_local.errors import ConfigError, EngineNotReady
 from ling_local.prompts import PromptBuilder
 from ling_local.tokenization import TextTokenizer, load_tokenizer
 
@@ -258,14 +258,8 @@ class TorchEngine:
             if request.prompt_ids is not None
             else (self.tokenizer.encode(request.prompt))
         )
-        if not ids:
-            raise RequestError("the prompt is empty", param="prompt")
+        # The daemon checked that the prompt is not empty and fits (server/state.py).
         room = self.context_length - len(ids)
-        if room <= 0:
-            raise RequestError(
-                f"the prompt has {len(ids)} tokens; this model's context is {self.context_length}",
-                param="prompt",
-            )
         params = request.sampling
         stop_ids = set(params.stop_token_ids)
         if params.ignore_eos:  # past EOS even when a caller listed it among the stop ids

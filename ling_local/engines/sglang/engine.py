@@ -49,7 +49,7 @@ from ling_local.engines.sglang.relay import (
     status_error,
 )
 from ling_local.engines.sglang.wire import WireError, WirePool, WireResponse
-from ling_local.errors import EngineCrashed, EngineError, EngineNotReady, RequestError
+from ling_local.errors import EngineCrashed, EngineError, EngineNotReady
 from ling_local.tokenization import TextTokenizer, load_tokenizer
 
 __all__ = ["SGLangEngine", "child_info_file"]
@@ -295,14 +295,10 @@ class SGLangEngine:
             log.debug("abort of %s failed: %s", flight.rid, err)
 
     def _max_new_tokens(self, request: GenerationRequest) -> int:
+        # The daemon checked that a counted prompt fits (server/state.py); here only the
+        # room it leaves caps max_tokens.
         n_prompt = len(request.prompt_ids) if request.prompt_ids is not None else 0
-        room = self.context_length - n_prompt
-        if room <= 0:
-            raise RequestError(
-                f"the prompt has {n_prompt} tokens; this model's context is {self.context_length}",
-                param="prompt",
-            )
-        return min(request.sampling.max_tokens, room)
+        return max(1, min(request.sampling.max_tokens, self.context_length - n_prompt))
 
     async def _generate(self, request: GenerationRequest) -> AsyncIterator[Delta]:
         wire = self._wire
