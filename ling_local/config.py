@@ -186,7 +186,7 @@ SAFE_GPU_ENV: dict[str, str] = {
 
 #: launch_server flags the daemon owns: it picks the address, the key and the model itself.
 MANAGED_SGLANG_FLAGS = frozenset(
-    {"--host", "--port", "--api-key", "--model-path", "--model", "--tokenizer-path"}
+    {"--host", "--port", "--api-key", "--config", "--model-path", "--model", "--tokenizer-path"}
 )
 
 #: Flags that have their own field, so they cannot also appear in ``sglang.args``.

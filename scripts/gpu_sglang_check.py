@@ -3,7 +3,8 @@
 Writes a random-weight Llama-3.2-1B-shaped checkpoint (with a real byte-level BPE
 tokenizer.json), starts `python -m ling_local serve` on a generated sglang profile (the
 daemon starts SGLang as its child with the GPU kit's flags), checks completion, chat, FIM
-and cancellation through the daemon, then times the same kind of requests (512-token
+and cancellation through the daemon, that SGLang's API key is on no process's command
+line and that SGLang refuses requests without it, then times the same kind of requests (512-token
 prompt, 256 new tokens, greedy, batch 1) through the daemon and straight to the child's
 /generate. Prints a table, writes $OUT/gpu_sglang_check.json, stops everything and checks
 that no process is left. Also runs the flag check with the real SGLang.
@@ -236,6 +237,51 @@ def functional_checks(daemon: Daemon) -> None:
         check("cancellation", idle < 1.5, f"SGLang idle {idle * 1e3:.0f} ms after the close")
 
 
+def key_checks(daemon: Daemon) -> None:
+    """SGLang's API key is on no process's command line (any local user can read
+    /proc/PID/cmdline) and SGLang refuses a request without it."""
+    child = daemon.child()
+    key = child["api_key"].encode()
+    group = [line.split()[0] for line in leftovers(child["pid"], ())]  # SGLang's group
+    seen, holders = 0, []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            seen += 1
+            if key in cmdline:
+                holders.append(entry.name)
+    check(
+        "api key on no command line",
+        not holders and len(group) >= 2,
+        f"{seen} processes read ({len(group)} in SGLang's group); with the key: {holders}",
+    )
+    left = sorted(p.name for p in (daemon.home / "run").glob("sglang-*.yaml"))
+    check("api key file removed", not left, f"left: {left}")
+    body = {"text": "def f():", "sampling_params": {"max_new_tokens": 2}}
+    codes = []
+    for headers in ({}, {"Authorization": "Bearer wrong"}):
+        codes.append(
+            httpx.post(
+                child["url"] + "/generate", json=body, headers=headers, trust_env=False, timeout=30
+            ).status_code
+        )
+    keyed = httpx.post(
+        child["url"] + "/generate",
+        json=body,
+        headers={"Authorization": f"Bearer {child['api_key']}"},
+        trust_env=False,
+        timeout=60,
+    ).status_code
+    check(
+        "sglang refuses requests without the key",
+        all(c in (401, 403) for c in codes) and keyed == 200,
+        f"no key: {codes[0]}, wrong key: {codes[1]}, right key: {keyed}",
+    )
+
+
 def flag_check(args: argparse.Namespace) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("LING_LOCAL_")}
     env["PYTHONPATH"] = os.pathsep.join(
@@ -322,6 +368,7 @@ def main() -> int:
         )
         record("daemon_fast_libs", stack.stdout.strip())  # uvicorn's loop/http, the relay's JSON
         functional_checks(daemon)
+        key_checks(daemon)
         from tokenizers import Tokenizer
 
         tokens = Tokenizer.from_file(str(args.model_dir / "tokenizer.json")).get_vocab_size()

@@ -4,7 +4,8 @@ It follows shared/reference/sglang.md: the same command line (parsed strictly, s
 flag fails the start like the real server), ``/health`` and ``/health_generate`` (503 while
 loading), ``/generate`` streaming cumulative ``text``/``output_ids`` with ``meta_info``
 (token counts, cached tokens, speculation stats on the last event, finish_reason objects),
-``/abort_request`` by rid prefix, and ``--api-key`` on everything but ``/health*``.
+``/abort_request`` by rid prefix, and ``--api-key`` on everything but ``/health*`` (given on
+the command line or, as the daemon does, in a ``--config`` YAML file).
 Tokens come from the model's real tokenizer; their choice is a deterministic hash.
 
 Test-only knobs (environment): STANDIN_LOAD_S (time spent "loading"), STANDIN_TOKEN_S
@@ -28,6 +29,7 @@ import time
 from pathlib import Path
 
 import uvicorn
+import yaml
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -62,7 +64,39 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--disable-piecewise-cuda-graph", action="store_true")
     p.add_argument("--cuda-graph-max-bs", type=int)
     p.add_argument("--log-level", default="info")
-    return p.parse_args(argv)
+    return p.parse_args(_merge_config(p, argv))
+
+
+def _merge_config(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """``--config FILE.yaml`` as SGLang >= 0.5 reads it (server_args_config_parser): each
+    key becomes a flag (true booleans of store_true flags bare), placed before the other
+    arguments so the command line wins; one file, with a .yaml/.yml name, that exists."""
+    if "--config" not in argv:
+        return argv
+    if argv.count("--config") > 1:
+        raise SystemExit("Multiple config files specified! Only one allowed.")
+    at = argv.index("--config")
+    if at == len(argv) - 1:
+        raise SystemExit("No config file specified after --config flag!")
+    path = Path(argv[at + 1])
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        raise SystemExit(f"Config file must be YAML format, got: {path.suffix}")
+    if not path.exists():
+        raise SystemExit(f"Config file not found: {path}")
+    data = yaml.safe_load(path.read_text()) or {}
+    flags = {a.dest for a in parser._actions if isinstance(a, argparse._StoreTrueAction)}
+    merged: list[str] = []
+    for key, value in data.items():
+        if isinstance(value, bool):
+            if key.replace("-", "_") in flags:
+                merged += [f"--{key}"] if value else []
+            else:
+                merged += [f"--{key}", str(value).lower()]
+        elif isinstance(value, list):
+            merged += [f"--{key}", *map(str, value)] if value else []
+        else:
+            merged += [f"--{key}", str(value)]
+    return merged + argv[:at] + argv[at + 2 :]
 
 
 def log(message: str) -> None:

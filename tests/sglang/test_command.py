@@ -4,8 +4,10 @@ reproduce the published recipe (shared/reference/sglang.md) flag for flag."""
 from __future__ import annotations
 
 import shlex
+import stat
 
 import pytest
+import yaml
 
 from ling_local.config import SAFE_GPU_ENV, load_profile, profile_from_dict
 from ling_local.engines.sglang import build_command
@@ -60,7 +62,8 @@ def generated(profile: str) -> tuple[dict[str, str], list[str]]:
     """(profile-specific env, flags without the daemon-owned address and key)."""
     cmd = build_command(load_profile(profile), port=40000, api_key="k" * 64)
     assert cmd.argv[1:3] == ["-m", "sglang.launch_server"]
-    assert cmd.argv[-6:] == ["--host", "127.0.0.1", "--port", "40000", "--api-key", "k" * 64]
+    tail = ["--host", "127.0.0.1", "--port", "40000", "--config", str(cmd.key_file)]
+    assert cmd.argv[-6:] == tail
     env = {k: v for k, v in cmd.env.items() if k not in SAFE_GPU_ENV and k != "PYTHONUNBUFFERED"}
     for key, value in SAFE_GPU_ENV.items():
         assert cmd.env[key] == value
@@ -128,6 +131,7 @@ def sglang_profile(**sglang) -> dict:
     [
         ({"args": ["--port", "1"]}, "--port is set by the daemon"),
         ({"args": ["--api-key=x"]}, "--api-key is set by the daemon"),
+        ({"args": ["--config", "x.yaml"]}, "--config is set by the daemon"),
         ({"args": ["--tp-size", "2"]}, "use tp_size instead"),
         ({"args": ["--enable-custom-logit-processor"]}, "is refused"),
         ({"env": {"NCCL_NVLS_ENABLE": "1"}}, "allow_nvlink_multicast"),
@@ -157,9 +161,28 @@ def test_child_environment_drops_the_daemons_own_settings() -> None:
     assert env["HF_HOME"] == "/hf" and env["NCCL_NVLS_ENABLE"] == "0"
 
 
-def test_the_key_never_appears_in_the_logged_command() -> None:
+def test_the_key_is_in_a_private_config_file_never_on_the_command_line() -> None:
     cmd = build_command(profile_from_dict(sglang_profile()), port=1, api_key="s3cret" * 8)
-    assert "s3cret" not in cmd.redacted() and "--api-key '***'" in cmd.redacted()
+    assert not any("s3cret" in a for a in cmd.argv) and "--api-key" not in cmd.argv
+    assert "s3cret" not in cmd.redacted()
+    assert cmd.argv[-2:] == ["--config", str(cmd.key_file)]
+    cmd.write_key_file()
+    assert stat.S_IMODE(cmd.key_file.stat().st_mode) == 0o600
+    assert stat.S_IMODE(cmd.key_file.parent.stat().st_mode) == 0o700
+    assert yaml.safe_load(cmd.key_file.read_text()) == {"api-key": "s3cret" * 8}
+    cmd.remove_key_file()
+    assert not cmd.key_file.exists()
+
+
+def test_the_key_file_is_never_written_through_a_symlink(tmp_path) -> None:
+    cmd = build_command(profile_from_dict(sglang_profile()), port=2, api_key="k" * 64)
+    victim = tmp_path / "victim"
+    victim.write_text("data")
+    cmd.key_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    cmd.key_file.symlink_to(victim)
+    cmd.write_key_file()  # the stale link goes; a new file is created in its place
+    assert victim.read_text() == "data"
+    assert not cmd.key_file.is_symlink() and "k" * 64 in cmd.key_file.read_text()
 
 
 def test_model_reference_keeps_hub_ids_and_resolves_local_dirs(tmp_path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from ling_local.errors import GenerationCancelled, LingLocalError
+from ling_local.errors import GenerationCancelled
 from tests.sglang.conftest import group_members, write_standin_profile
 from tests.support import DaemonProcess, start_daemon
 
@@ -41,6 +41,33 @@ def wait_for(predicate, timeout: float = 5.0) -> bool:
             return True
         time.sleep(0.02)
     return predicate()
+
+
+def test_the_sglang_key_is_on_no_command_line_and_sglang_refuses_requests_without_it(
+    sgl_daemon: DaemonProcess,
+) -> None:
+    info = child_info(sgl_daemon)
+    key = info["api_key"].encode()
+    ours = [sgl_daemon.process.pid, *group_members(info["pid"])]
+    assert len(ours) >= 3  # the daemon, the server, its worker
+    for entry in Path("/proc").iterdir():  # every process this user can see, ours included
+        if entry.name.isdigit():
+            try:
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            assert key not in cmdline, f"pid {entry.name}: {cmdline[:200]!r}"
+    assert not list((sgl_daemon.home / "run").glob("sglang-*.yaml"))  # read, then deleted
+    body = {"text": "x", "sampling_params": {"max_new_tokens": 1}}
+    refused = httpx.post(info["url"] + "/generate", json=body, trust_env=False)
+    assert refused.status_code == 401
+    served = httpx.post(
+        info["url"] + "/generate",
+        json=body,
+        headers={"Authorization": f"Bearer {info['api_key']}"},
+        trust_env=False,
+    )
+    assert served.status_code == 200
 
 
 def test_health_and_models_report_the_sglang_engine(sgl_daemon: DaemonProcess) -> None:
@@ -112,6 +139,12 @@ def _metrics(daemon: DaemonProcess) -> str:
         return client.metrics()
 
 
+def _disconnects(daemon: DaemonProcess) -> float:
+    prefix = 'ling_cancelled_requests_total{reason="disconnected"} '
+    lines = [line for line in _metrics(daemon).splitlines() if line.startswith(prefix)]
+    return float(lines[0].removeprefix(prefix)) if lines else 0.0
+
+
 async def test_supersede_and_completion_beside_a_running_chat(sgl_daemon: DaemonProcess) -> None:
     async with sgl_daemon.async_client() as client:
         chat = await client.stream_chat(
@@ -144,20 +177,24 @@ def test_a_crash_is_a_clean_error_then_the_daemon_serves_again(
     sgl_daemon: DaemonProcess,
 ) -> None:
     info = child_info(sgl_daemon)
-    with sgl_daemon.client() as client:
-        stream = client.stream_complete("import sys\n", max_tokens=2000, ignore_eos=True)
-        chunks = iter(stream)
-        next(chunks)
+    disconnects = _disconnects(sgl_daemon)
+    body = {"prompt": "import sys\n", "max_tokens": 2000, "ignore_eos": True, "stream": True}
+    with sgl_daemon.http() as http, http.stream("POST", "/v1/completions", json=body) as stream:
+        lines = stream.iter_lines()
+        assert next(line for line in lines if line).startswith("data: {")
         with pytest.raises(httpx.HTTPError):  # the stand-in exits inside this request
             httpx.post(
                 info["url"] + "/standin/crash",
                 trust_env=False,
                 headers={"Authorization": f"Bearer {info['api_key']}"},
             )
-        with pytest.raises(LingLocalError, match="crashed"):
-            for _ in chunks:
-                pass
-        stream.close()
+        events = [line for line in lines if line]
+    # The stream ends with an error event the client can read, then [DONE].
+    assert events[-1] == "data: [DONE]"
+    error = json.loads(events[-2].removeprefix("data: "))["error"]
+    assert "crashed" in error["message"]
+    assert _disconnects(sgl_daemon) == disconnects  # a failure, not a client that left
+    with sgl_daemon.client() as client:
         assert client.health().state == "starting"
         assert client.wait_ready(timeout=60).ready
         assert child_info(sgl_daemon)["pid"] != info["pid"]

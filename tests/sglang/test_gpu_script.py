@@ -40,6 +40,11 @@ def test_gpu_check_script_runs_end_to_end_on_the_standin(tmp_path: Path) -> None
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert result["ok"] is True
     assert {"completion", "fim", "chat", "cancellation", "no orphans"} <= set(result["checks"])
+    assert {
+        "api key on no command line",
+        "api key file removed",
+        "sglang refuses requests without the key",
+    } <= set(result["checks"])
     for mode in ("ids", "text"):
         for side in ("daemon", "sglang"):
             row = result["overhead"][mode][side]

@@ -1,13 +1,14 @@
 """A profile turned into the real ``python -m sglang.launch_server`` command line and the
 environment of the child process.
 
-The daemon owns the address (127.0.0.1 on a free port), the API key (random per start) and
-the model path; everything else comes from the profile, in the order a person would type it,
+The daemon owns the address (127.0.0.1 on a free port), the API key (random per start, given
+to SGLang in a private ``--config`` file, never on the command line) and the model path; everything else comes from the profile, in the order a person would type it,
 so the Ling profiles reproduce the published recipes flag for flag.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -17,6 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from ling_local import paths
 from ling_local.config import SAFE_GPU_ENV, Profile
 
 __all__ = [
@@ -42,16 +44,36 @@ class LaunchCommand:
     """Only what the daemon adds to (or overrides in) its own environment."""
     port: int
     api_key: str
+    key_file: Path
+    """The ``--config`` YAML that gives SGLang its API key: any local user can read a
+    process's command line (/proc/PID/cmdline), so the key is never on it."""
 
     @property
     def url(self) -> str:
         return f"http://{HOST}:{self.port}"
 
     def redacted(self) -> str:
-        """The command line as a log line, without the API key."""
+        """The command line as a log line (it holds no key; this is belt and braces)."""
         argv = ["***" if a == self.api_key else a for a in self.argv]
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
         return f"{env} {shlex.join(argv)}".strip()
+
+    def write_key_file(self) -> None:
+        """Create the key file: this user's only (0600, in a 0700 directory), never through
+        a symbolic link or over a file someone else made."""
+        paths.ensure_private_dir(self.key_file.parent)
+        with contextlib.suppress(FileNotFoundError):
+            self.key_file.unlink()  # a leftover of a daemon that was killed
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(self.key_file, flags, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            # SGLang's --config turns each key into a flag; quoted, the key stays a string.
+            f.write(f'api-key: "{self.api_key}"\n')
+
+    def remove_key_file(self) -> None:
+        """SGLang reads its config file once, at start-up: the key need not stay on disk."""
+        with contextlib.suppress(FileNotFoundError):
+            self.key_file.unlink()
 
 
 def model_reference(profile: Profile, value: str) -> str:
@@ -113,7 +135,10 @@ def profile_flags(profile: Profile) -> list[str]:
 
 
 def build_command(profile: Profile, *, port: int, api_key: str) -> LaunchCommand:
+    """The command line and environment of one SGLang start. The API key goes in a file
+    (`LaunchCommand.write_key_file`) that the command names with ``--config``."""
     python = profile.sglang.python or sys.executable
+    key_file = paths.runtime_dir() / f"sglang-{port}.yaml"
     argv = [
         python,
         "-m",
@@ -125,14 +150,14 @@ def build_command(profile: Profile, *, port: int, api_key: str) -> LaunchCommand
         HOST,
         "--port",
         str(port),
-        "--api-key",
-        api_key,
+        "--config",
+        str(key_file),
     ]
     env = dict(BASE_ENV)
     env.update(profile.sglang.env)
     if not profile.sglang.allow_nvlink_multicast:
         env.update(SAFE_GPU_ENV)
-    return LaunchCommand(argv, env, port, api_key)
+    return LaunchCommand(argv, env, port, api_key, key_file)
 
 
 def child_environment(command: LaunchCommand, base: Mapping[str, str] | None = None) -> dict:

@@ -132,6 +132,7 @@ class SGLangEngine:
         child.start()
         try:
             await self._wait_healthy(child, http)
+            command.remove_key_file()  # read at start-up; answering /health means it has
             await asyncio.to_thread(self._load_tokenizer, required=True)
             self._http = http
             self._wire = WirePool(HOST, command.port, command.api_key)

@@ -77,6 +77,7 @@ class ChildProcess:
             self.log_path.replace(self.log_path.with_suffix(".log.1"))
         argv = self.command.argv
         wrapped = [argv[0], "-c", _EXEC_WITH_PARENT_DEATH_SIGNAL, str(os.getpid()), *argv]
+        self.command.write_key_file()
         with open(self.log_path, "ab") as out:
             out.write(f"# ling-local: {self.command.redacted()}\n".encode())
             out.flush()
@@ -134,6 +135,7 @@ class ChildProcess:
 
     async def stop(self, grace_s: float = 15.0) -> None:
         """SIGTERM the whole group, then SIGKILL whatever is left after `grace_s`."""
+        self.command.remove_key_file()
         if self.process is None:
             return
         pgid = self.process.pid  # session leader: its pgid is its pid
