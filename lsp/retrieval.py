@@ -13,14 +13,13 @@ import asyncio
 import contextlib
 import importlib
 import logging
-import os
-import subprocess
 import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from lsp.context import Snippet
+from lsp.files import list_files as _walk
 
 __all__ = ["WorkspaceIndex", "in_background"]
 
@@ -32,10 +31,6 @@ _CODE_EXTENSIONS = {
     ".c": "c", ".h": "c", ".cc": "cpp", ".cpp": "cpp", ".hpp": "cpp", ".rb": "ruby",
     ".lua": "lua", ".sh": "bash", ".kt": "kotlin", ".swift": "swift", ".php": "php",
     ".cs": "c_sharp", ".scala": "scala", ".toml": "toml", ".md": "markdown",
-}  # fmt: skip
-_SKIP_DIRS = {
-    ".git", ".hg", ".svn", "node_modules", ".venv", "venv", "env", "__pycache__", "build",
-    "dist", "target", ".tox", ".mypy_cache", ".ruff_cache", ".pytest_cache", ".idea",
 }  # fmt: skip
 MAX_FILES = 5000
 MAX_FILE_BYTES = 256 * 1024
@@ -70,28 +65,8 @@ def in_background(fn: Callable[..., Any], *args: Any) -> asyncio.Future[Any]:
 
 
 def list_files(root: Path, limit: int = MAX_FILES) -> list[Path]:
-    """The workspace's source files: git's view when it is a repository (so .gitignore
-    holds), else a walk that skips virtualenvs, caches and build output."""
-    files: list[Path] = []
-    try:
-        out = subprocess.run(
-            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-            cwd=root, capture_output=True, timeout=10, check=True,
-        ).stdout  # fmt: skip
-        candidates = [root / p for p in out.decode("utf-8", "replace").split("\0") if p]
-    except (OSError, subprocess.SubprocessError):
-        candidates = []
-        for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS and not d.startswith(".")]
-            candidates.extend(Path(dirpath) / f for f in filenames)
-            if len(candidates) > limit * 4:
-                break
-    for path in candidates:
-        if path.suffix in _CODE_EXTENSIONS and _small_file(path):
-            files.append(path)
-            if len(files) >= limit:
-                break
-    return files
+    """The workspace's source files (git's ignore rules hold; no program is run)."""
+    return _walk(root, limit, lambda p: p.suffix in _CODE_EXTENSIONS and _small_file(p))
 
 
 def _small_file(path: Path) -> bool:

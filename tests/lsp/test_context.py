@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 from lsp.context import PromptBuilder, Snapshot, Snippet
-from lsp.retrieval import WorkspaceIndex
+from lsp.retrieval import WorkspaceIndex, list_files
 from lsp.similar import OpenDocuments
 from lsp.tokens import TokenCounter
 
@@ -93,3 +94,41 @@ def test_workspace_index_finds_code_in_unopened_files(tmp_path: Path) -> None:
     assert index.query("delete_user_account(")[0].path == "pkg/users.py"
     others = index.query("compute_invoice_total", exclude_path=str(tmp_path / "pkg/billing.py"))
     assert all(h.path != "pkg/billing.py" for h in others)
+
+
+def test_indexing_a_hostile_repository_runs_none_of_its_programs(tmp_path: Path) -> None:
+    repo, marker = tmp_path / "repo", tmp_path / "ran"
+    (repo / "src").mkdir(parents=True)
+    git = ["git", "-c", "init.defaultBranch=main", "-C", str(repo)]
+    subprocess.run([*git, "init", "-q"], check=True)
+    hook = f"touch {marker}; echo"
+    for key, value in [
+        ("core.fsmonitor", hook),
+        ("core.hooksPath", str(tmp_path)),
+        ("filter.evil.clean", hook),
+        ("filter.evil.smudge", hook),
+        ("diff.external", hook),
+    ]:
+        subprocess.run([*git, "config", key, value], check=True)
+    (repo / ".gitattributes").write_text("* filter=evil diff=evil\n")
+    (repo / ".gitignore").write_text("generated/\n*_secret.py\n")
+    (repo / "src" / ".gitignore").write_text("local_*.py\n!local_keep.py\n")
+    for name in [
+        "src/app.py",
+        "src/local_tmp.py",
+        "src/local_keep.py",
+        "api_secret.py",
+        "generated/out.py",
+    ]:
+        (repo / name).parent.mkdir(parents=True, exist_ok=True)
+        (repo / name).write_text(f"# {name}\nvalue = 1\n")
+    outside = tmp_path / "outside.py"
+    outside.write_text("password = 'x'\n")
+    (repo / "src" / "linked.py").symlink_to(outside)
+
+    found = sorted(p.relative_to(repo).as_posix() for p in list_files(repo))
+    index = WorkspaceIndex([repo])
+    index.build(lambda *_: None)
+
+    assert not marker.exists(), "indexing ran a program the repository configured"
+    assert found == ["src/app.py", "src/local_keep.py"]  # .gitignore holds; no symlink
