@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import logging
@@ -64,8 +63,15 @@ def ensure_token() -> str:
             return token
         if problem is not None:
             log.warning("replacing the token file %s: %s", path, problem)
-            with contextlib.suppress(FileNotFoundError):
+            try:
                 path.unlink()
+            except FileNotFoundError:
+                pass
+            except OSError as err:
+                raise ConfigError(
+                    f"the token file {path} cannot be trusted ({problem}) nor replaced "
+                    f"({err.strerror}); remove it"
+                ) from None
         token = secrets.token_urlsafe(32)
         flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
@@ -89,15 +95,17 @@ def _existing_token(path: Path) -> tuple[str | None, str | None]:
         if err.errno == errno.ELOOP:
             return None, "it is a symbolic link"
         return None, f"it cannot be read ({err.strerror})"
-    with os.fdopen(fd, "rb") as f:
-        st = os.fstat(f.fileno())
+    try:
+        st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             return None, "it is not a regular file"
         if st.st_uid != os.getuid():
             return None, f"it belongs to user id {st.st_uid}, not to this user"
         if st.st_mode & 0o077:
             return None, f"its mode was {stat.S_IMODE(st.st_mode):o}: others could read or write it"
-        data = f.read(4096)
+        data = os.read(fd, 4096)
+    finally:
+        os.close(fd)
     token = data.decode("utf-8", "replace").strip()
     if len(token) < TOKEN_MIN_CHARS or not token.isascii() or not token.isprintable():
         return None, f"the token in it is too short or malformed ({len(token)} characters)"

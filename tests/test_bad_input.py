@@ -98,3 +98,90 @@ def test_special_tokens_in_user_text_stay_text(app_client) -> None:
     ).json()
     # "<|endoftext|>" as text is several ordinary tokens, not one special token.
     assert tricky["usage"]["prompt_tokens"] >= plain["usage"]["prompt_tokens"] + 3
+
+
+# --- hostile input found by an outside review (issue 24): each was a 500 -------------------
+DEEP = b"[" * 1000 + b"]" * 1000
+HUGE_NUMBER = b"1" * 4301
+
+
+def _completion(**fields: str) -> bytes:
+    parts = {"prompt": '"x"', "max_tokens": "2", **fields}
+    return ("{" + ", ".join(f'"{k}": {v}' for k, v in parts.items()) + "}").encode()
+
+
+HOSTILE = [
+    ("/v1/completions", _completion(seed=str(2**64)), "seed"),
+    ("/v1/completions", _completion(seed=str(-(2**63) - 1)), "seed"),
+    ("/v1/completions", _completion(seed=str(2**64), stream="true"), "seed"),
+    ("/v1/completions", _completion(ignored=DEEP.decode()), "not valid JSON"),
+    ("/v1/completions", _completion(prompt=DEEP.decode()), "not valid JSON"),
+    ("/v1/completions", _completion(prompt='"\\ud800"'), "surrogate"),
+    ("/v1/completions", _completion(prompt='"a\\udc00b"'), "surrogate"),
+    ("/v1/completions", _completion(suffix='"\\ud800"'), "surrogate"),
+    ("/v1/completions", b'{"prompt": "\xed\xa0\x80"}', "UTF-8"),
+    (
+        "/v1/chat/completions",
+        b'{"messages": [{"role": "user", "content": "\\ud800"}]}',
+        "surrogate",
+    ),
+    (
+        "/v1/chat/completions",
+        b'{"messages": [{"role": "user", "content": [{"type": "text", "text": "\\udfff"}]}]}',
+        "surrogate",
+    ),
+    ("/v1/completions", _completion(ignored=HUGE_NUMBER.decode()), "number out of range"),
+    ("/v1/completions", _completion(seed=HUGE_NUMBER.decode()), "number out of range"),
+    ("/v1/completions", _completion(prompt="[" + HUGE_NUMBER.decode() + "]"), "out of range"),
+]
+
+
+@pytest.mark.parametrize(("route", "body", "words"), HOSTILE)
+def test_hostile_input_is_a_400_json_error(app_client, route, body, words) -> None:
+    r = app_client.post(route, content=body)
+    assert r.status_code == 400, r.text
+    assert r.headers["content-type"] == "application/json"
+    assert words.lower() in _err(r).lower()
+
+
+def test_a_huge_number_is_not_echoed_back(app_client) -> None:
+    for field in ("max_tokens", "temperature", "seed", "n", "model"):
+        value = "9" * 4300 if field != "model" else '"' + "m" * 100_000 + '"'
+        r = app_client.post("/v1/completions", content=_completion(**{field: value}))
+        assert r.status_code == 400, r.text
+        assert field in _err(r) and len(r.content) < 400, (field, len(r.content))
+
+
+@pytest.mark.parametrize("temperature", ["1e-38", "1e-40", "5e-324", "1e-300", "0.00001"])
+def test_a_tiny_temperature_decodes_greedily(app_client, temperature: str) -> None:
+    greedy = app_client.post("/v1/completions", content=_completion(temperature="0"))
+    r = app_client.post("/v1/completions", content=_completion(temperature=temperature))
+    assert r.status_code == 200, r.text
+    if temperature != "0.00001":
+        assert r.json()["choices"][0]["text"] == greedy.json()["choices"][0]["text"]
+
+
+def test_a_chunked_body_over_the_limit_is_413(app_client) -> None:
+    def chunks():
+        yield b'{"prompt": "'
+        for _ in range(5):
+            yield b"x" * (1 << 20)
+        yield b'"}'
+
+    r = app_client.post("/v1/completions", content=chunks())
+    assert r.status_code == 413, r.text
+    assert "too large" in _err(r)
+
+
+def test_defaults_and_limits_come_from_the_profile(app_client) -> None:
+    schema = app_client.get("/openapi.json").json()["components"]["schemas"]
+    max_tokens = schema["CompletionRequest"]["properties"]["max_tokens"]
+    assert max_tokens["anyOf"][0]["maximum"] == 4096  # limits.max_tokens
+    assert "default 64" in max_tokens["description"]  # sampling.completion_max_tokens
+    assert (
+        "default 512" in schema["ChatCompletionRequest"]["properties"]["max_tokens"]["description"]
+    )
+    r = app_client.post("/v1/completions", json={"prompt": "def f():", "ignore_eos": True})
+    assert r.json()["usage"]["completion_tokens"] == 64
+    too_many = app_client.post("/v1/completions", json={"prompt": "x", "stop": list("abcdefghi")})
+    assert too_many.status_code == 400 and "at most 8" in _err(too_many)

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import socket
 import stat
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import httpx
 import pytest
 
-from tests.support import REPO, DaemonProcess, child_env
+from ling_local.errors import ConfigError
+from tests.support import REPO, DaemonProcess, child_env, start_daemon, write_profile
 
 
 def test_health_needs_no_token(daemon: DaemonProcess) -> None:
@@ -139,3 +145,183 @@ def test_runtime_file_points_at_the_daemon(daemon: DaemonProcess) -> None:
     info = json.loads((daemon.home / "run" / "daemon.json").read_text())
     assert info["url"] == daemon.url
     assert info["pid"] == daemon.process.pid
+
+
+# --- holes an outside review found (issue 24) -------------------------------------------
+def _serve(
+    profile: Path, home: Path, *args: str, timeout: float = 60
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "ling_local", "serve", "--profile", str(profile), *args],
+        env=child_env(home),
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_an_empty_host_is_every_interface_and_refused_without_flag(profile_path, tmp_path) -> None:
+    proc = _serve(profile_path, tmp_path, "--host", "", "--port", "0")
+    assert proc.returncode == 2
+    assert "refusing to listen on every interface" in proc.stderr
+    from ling_local.server.serve import _url_host
+
+    assert _url_host("") == "127.0.0.1" and _url_host("::") == "[::1]"  # the discovery URL
+
+
+@pytest.mark.parametrize(
+    "host",
+    ["127.0.0.1:abc", "127.0.0.1:99999", "127.0.0.1:0", "localhost:", "[::1]evil.example", "::1"],
+)
+def test_malformed_loopback_host_is_403(daemon: DaemonProcess, host: str) -> None:
+    with daemon.http() as http:
+        r = http.get("/v1/models", headers={"Host": host})
+    assert r.status_code == 403
+    assert r.json()["error"]["type"] == "forbidden_host"
+
+
+def _raw_request(url: str, request: bytes) -> bytes:
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(request)
+        data = b""
+        while chunk := sock.recv(65536):
+            data += chunk
+    return data
+
+
+def test_two_host_headers_are_refused(daemon: DaemonProcess) -> None:
+    for first, second in (("evil.example", "localhost"), ("localhost", "evil.example")):
+        reply = _raw_request(
+            daemon.url,
+            f"GET /v1/models HTTP/1.1\r\nHost: {first}\r\nHost: {second}\r\n"
+            f"Authorization: Bearer {daemon.token}\r\nConnection: close\r\n\r\n".encode(),
+        )
+        assert reply.startswith(b"HTTP/1.1 400"), reply[:200]
+
+
+def test_a_missing_model_directory_fails_at_once(tmp_path) -> None:
+    profile = write_profile(tmp_path / "gone.toml", str(tmp_path / "no-such-model"), name="gone")
+    t0 = time.monotonic()
+    proc = _serve(profile, tmp_path / "home", "--port", "0", timeout=60)
+    assert proc.returncode == 2
+    assert f"model directory {tmp_path / 'no-such-model'} not found" in proc.stderr
+    assert time.monotonic() - t0 < 30  # it did not load anything first
+    assert not (tmp_path / "home" / "run" / "daemon.json").exists()
+
+
+def test_uds_never_deletes_a_file_that_is_not_its_socket(profile_path, tmp_path) -> None:
+    path = tmp_path / "data.txt"
+    path.write_text("precious")
+    proc = _serve(profile_path, tmp_path / "home", "--uds", str(path))
+    assert proc.returncode == 2 and "not a socket" in proc.stderr
+    assert path.read_text() == "precious"
+
+
+def test_uds_socket_is_private_and_only_it_is_removed(profile_path, tmp_path) -> None:
+    path = tmp_path / "d.sock"
+    d = start_daemon(profile_path, tmp_path / "home", "--uds", str(path), wait_ready=False)
+    try:
+        assert stat.S_ISSOCK(path.lstat().st_mode)
+        assert stat.S_IMODE(path.lstat().st_mode) == 0o600
+        with d.http() as http:
+            assert http.get("/health").status_code in (200, 503)
+        path.unlink()  # replaced while it runs: the new file is not the daemon's to delete
+        path.write_text("someone else's")
+    finally:
+        d.stop()
+    assert path.read_text() == "someone else's"
+
+
+@pytest.mark.parametrize(
+    "problem", ["weak", "empty", "loose mode", "symlink", "directory", "other owner"]
+)
+def test_an_untrustworthy_token_file_is_replaced_and_logged(
+    tmp_path, caplog: pytest.LogCaptureFixture, problem: str
+) -> None:
+    from ling_local import discovery, paths
+
+    token_file = paths.token_file()
+    token_file.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    victim = tmp_path / "victim"
+    victim.write_text("do not touch")
+    good = "A" * 43
+    if problem == "weak":
+        token_file.write_text("weak\n")
+    elif problem == "empty":
+        token_file.write_text("")
+    elif problem == "loose mode":
+        token_file.write_text(good)
+        token_file.chmod(0o666)
+    elif problem == "symlink":
+        token_file.symlink_to(victim)
+    elif problem == "directory":
+        token_file.mkdir()
+    else:
+        if os.getuid() != 0:
+            pytest.skip("needs root to give the file to another user")
+        token_file.write_text(good)
+        token_file.chmod(0o600)
+        os.chown(token_file, 12345, 12345)
+    if problem == "directory":  # not a file to delete: a clear error instead
+        with pytest.raises(ConfigError, match=r"token file .* cannot be trusted"):
+            discovery.ensure_token()
+        return
+    with caplog.at_level("WARNING", logger="ling_local.discovery"):
+        token = discovery.ensure_token()
+    assert len(token) >= 43 and token != good
+    assert token_file.read_text().strip() == token
+    st = token_file.lstat()
+    assert stat.S_ISREG(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o600
+    assert st.st_uid == os.getuid()
+    assert victim.read_text() == "do not touch"
+    if problem != "empty":
+        assert "replacing the token file" in caplog.text
+    assert discovery.ensure_token() == token  # a good file is kept
+
+
+def test_slow_clients_are_dropped_while_others_are_served(model_dir, tmp_path) -> None:
+    profile = write_profile(
+        tmp_path / "slow.toml", str(model_dir), limits={"request_read_timeout_s": 1.0}
+    )
+    d = start_daemon(profile, tmp_path / "home")
+    host, port = d.url.removeprefix("http://").rsplit(":", 1)
+    slow: list[socket.socket] = []
+    try:
+        for i in range(100):
+            sock = socket.create_connection((host, int(port)), timeout=10)
+            if i % 3 == 0:
+                sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: local")  # half the headers
+            elif i % 3 == 1:
+                sock.sendall(
+                    b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n"
+                    b"Authorization: Bearer " + d.token.encode() + b"\r\n"
+                    b'Content-Length: 100\r\n\r\n{"prompt":'  # half the body
+                )
+            slow.append(sock)  # the last third sends nothing at all
+        with d.http() as http:
+            r = http.post("/v1/completions", json={"prompt": "def f():", "max_tokens": 2})
+        assert r.status_code == 200
+        deadline = time.monotonic() + 10
+        for sock in slow:  # each one closed by the daemon, without an answer
+            sock.settimeout(max(0.1, deadline - time.monotonic()))
+            with contextlib.suppress(ConnectionResetError):
+                assert sock.recv(65536) == b""
+        with d.http() as http:
+            assert http.get("/v1/models").status_code == 200
+    finally:
+        for sock in slow:
+            sock.close()
+        d.stop()
+
+
+def test_bench_models_live_in_a_private_directory() -> None:
+    import tempfile
+
+    from ling_local.bench.engine import bench_model_dir
+
+    path = bench_model_dir("llama-1b")
+    assert not str(path).startswith(tempfile.gettempdir() + "/ling-bench")
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+    assert path.parent.stat().st_uid == os.getuid()

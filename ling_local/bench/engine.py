@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import json
 import statistics
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 
 import torch
 
+from ling_local import paths
 from ling_local.bench.baselines import (
     Row,
     build_bench_model,
@@ -271,6 +271,12 @@ def _time_graph_steps(engine: Any, sizes: tuple[int, ...], at: int = 0) -> dict[
     return out
 
 
+def bench_model_dir(name: str) -> Path:
+    """Where a generated benchmark model is kept between runs: this user's data dir (0700),
+    not a shared temp dir, where anyone could have put a directory of that name first."""
+    return paths.ensure_private_dir(paths.data_dir() / "bench") / name
+
+
 def copying_model(path: Path, device: str) -> Path:
     """The shipped tiny code model inside the Llama-3.2-1B shape (`build_copying_llama`):
     the benchmark's bytes per token, a trained model's behaviour."""
@@ -357,13 +363,12 @@ def run_engine_bench(
     dev = torch.device(device)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.gettempdir())
     if model == "copy-1b":
-        model_dir = copying_model(tmp / "ling-bench-copy-1b", device)
+        model_dir = copying_model(bench_model_dir("copy-1b"), device)
     elif model:
         model_dir = Path(model)
     else:
-        model_dir = build_bench_model(tmp / "ling-bench-llama-1b", dev, LLAMA_1B)
+        model_dir = build_bench_model(bench_model_dir("llama-1b"), dev, LLAMA_1B)
     torch.manual_seed(1)
     hf = (
         AutoModelForCausalLM.from_pretrained(

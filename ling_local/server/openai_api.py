@@ -109,7 +109,10 @@ def _json_problem(raw: bytes, error: dict) -> str:
     except UnicodeDecodeError as err:
         return f"the request body is not valid UTF-8 (byte {err.start})"
     detail = (error.get("ctx") or {}).get("error")
-    return "the request body is not valid JSON" + (f": {detail}" if detail else "")
+    message = "the request body is not valid JSON" + (f": {detail}" if detail else "")
+    if detail and ("surrogate" in detail or "hex escape" in detail):
+        message += " (strings must be valid Unicode: a lone UTF-16 surrogate is not)"
+    return message
 
 
 def describe_validation_error(errors: list[dict]) -> tuple[str, str | None]:
