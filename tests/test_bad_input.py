@@ -136,7 +136,26 @@ HOSTILE = [
 ]
 
 
-@pytest.mark.parametrize(("route", "body", "words"), HOSTILE)
+@pytest.mark.parametrize(
+    ("route", "body", "words"),
+    HOSTILE,
+    ids=[
+        "seed-2**64",
+        "seed-below-int64",
+        "seed-2**64-stream",
+        "deep-ignored",
+        "deep-prompt",
+        "surrogate-prompt",
+        "surrogate-low",
+        "surrogate-suffix",
+        "surrogate-raw-bytes",
+        "surrogate-chat",
+        "surrogate-chat-part",
+        "4301-digits-ignored",
+        "4301-digits-seed",
+        "4301-digits-token-id",
+    ],
+)
 def test_hostile_input_is_a_400_json_error(app_client, route, body, words) -> None:
     r = app_client.post(route, content=body)
     assert r.status_code == 400, r.text
@@ -185,3 +204,21 @@ def test_defaults_and_limits_come_from_the_profile(app_client) -> None:
     assert r.json()["usage"]["completion_tokens"] == 64
     too_many = app_client.post("/v1/completions", json={"prompt": "x", "stop": list("abcdefghi")})
     assert too_many.status_code == 400 and "at most 8" in _err(too_many)
+
+
+def test_a_bad_seed_on_a_stream_is_a_400_not_a_cut_stream(daemon) -> None:
+    def disconnects(http) -> str:
+        lines = http.get("/metrics").text.splitlines()
+        return next(
+            (x for x in lines if x.startswith('ling_cancelled_requests_total{reason="disc')), ""
+        )
+
+    with daemon.http() as http:
+        before = disconnects(http)
+        r = http.post(
+            "/v1/completions",
+            json={"prompt": "x", "max_tokens": 2, "seed": 2**64, "stream": True},
+        )
+        assert r.status_code == 400 and r.headers["content-type"] == "application/json"
+        assert "seed" in _err(r)
+        assert disconnects(http) == before
