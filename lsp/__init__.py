@@ -2,9 +2,10 @@
 
 server      state and start-up (`create_server`, `main`)   handlers    the LSP surface
 completer   cursor -> ghost text                           trigger     gate, debounce, cache
-generation  one daemon stream, shared by requests          bridge      the daemon, via the SDK
+inflight    one daemon stream, shared by requests          bridge      the daemon, via the SDK
 context     prompt windows and budgets                     similar     open-document snippets
 retrieval   workspace BM25 index (llama-index)             postprocess model text -> ghost text
+files       workspace files by .gitignore, running nothing
 tokens      token budgets without the model                settings    editor settings
 telemetry   local counters and shown/accepted log
 

@@ -17,8 +17,8 @@ from typing import Protocol
 
 from ling_local.errors import ContextLengthExceeded, DaemonUnavailable, LingLocalError
 from lsp.bridge import DaemonBridge
-from lsp.context import Prompt, PromptBuilder, Snapshot, Snippet
-from lsp.generation import Generation, GenerationOptions
+from lsp.context import CursorContextBuilder, Prompt, Snapshot, Snippet
+from lsp.inflight import CompletionOptions, InflightCompletion
 from lsp.postprocess import plan, refit
 from lsp.retrieval import WorkspaceIndex
 from lsp.settings import LspSettings
@@ -59,7 +59,7 @@ class Completer:
         *,
         bridge: DaemonBridge,
         counter: TokenCounter,
-        builder: PromptBuilder,
+        builder: CursorContextBuilder,
         documents: Documents,
         settings: Callable[[], LspSettings],
         telemetry: Telemetry,
@@ -72,7 +72,7 @@ class Completer:
         self.cache = SuggestionCache()
         self.typing = TypingTracker()
         self.open_docs = OpenDocuments()
-        self._inflight: dict[str, Generation] = {}
+        self._inflight: dict[str, InflightCompletion] = {}
         self._seq: dict[str, int] = {}
         self._snippets: dict[str, tuple[tuple, list[Snippet]]] = {}
         self._retrieval: tuple[tuple, asyncio.Future[list[Snippet]]] | None = None
@@ -147,28 +147,28 @@ class Completer:
         return self._shown(snap, text, "model", t0, gen, timing)
 
     @staticmethod
-    def _early_s(gen: Generation, s: LspSettings) -> float | None:
+    def _early_s(gen: InflightCompletion, s: LspSettings) -> float | None:
         if not gen.shape.multiline or s.first_lines_ms is None:
             return None
         return s.first_lines_ms / 1000
 
-    def _joinable(self, gen: Generation, snap: Snapshot) -> bool:
+    def _joinable(self, gen: InflightCompletion, snap: Snapshot) -> bool:
         if gen.after != snap.after or not snap.before.startswith(gen.before):
             return False
         return gen.usable_after(snap.before[len(gen.before) :])
 
     def _start(
         self, snap: Snapshot, snippets: list[Snippet], s: LspSettings, speculative: bool = False
-    ) -> Generation:
+    ) -> InflightCompletion:
         old = self._inflight.get(snap.uri)
         if old is not None:
             old.cancel()
         site = snap.site()
         prompt = self.last_prompt = self.builder.build(snap, snippets)
-        gen = Generation(
+        gen = InflightCompletion(
             before=snap.before, after=snap.after, prompt=prompt, site=site,
             shape=plan(site, s.max_lines), bridge=self.bridge,
-            options=GenerationOptions(s.max_tokens, s.temperature, s.seed, key=snap.uri),
+            options=CompletionOptions(s.max_tokens, s.temperature, s.seed, key=snap.uri),
             on_done=lambda g: self._finished(snap.uri, g), speculative=speculative,
         )  # fmt: skip
         self._inflight[snap.uri] = gen
@@ -176,7 +176,7 @@ class Completer:
         self.stats.speculative += speculative
         return gen
 
-    def _finished(self, uri: str, gen: Generation) -> None:
+    def _finished(self, uri: str, gen: InflightCompletion) -> None:
         st = self.stats
         if self._inflight.get(uri) is gen:
             del self._inflight[uri]
@@ -218,7 +218,7 @@ class Completer:
     ) -> Suggestion:
         st = self.stats
         st.shown += 1
-        if isinstance(owner, Generation) and not owner.shown:
+        if isinstance(owner, InflightCompletion) and not owner.shown:
             owner.shown = True
             share = min(1.0, len(owner.text) / max(len(owner.raw), 1))
             st.tokens_shown += round(owner.completion_tokens * share)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from lsp.postprocess import Site
 from lsp.tokens import TokenCounter
 
-__all__ = ["Prompt", "PromptBuilder", "Snapshot", "Snippet"]
+__all__ = ["CursorContextBuilder", "Prompt", "Snapshot", "Snippet"]
 
 # fmt: off
 _HASH_COMMENT = frozenset({
@@ -124,7 +124,10 @@ def render_snippets(snippets: list[Snippet], language_id: str, own_path: str) ->
     return "".join(parts)
 
 
-class PromptBuilder:
+class CursorContextBuilder:
+    """The editor's side of a prompt: the window around the cursor and the snippets,
+    within token budgets (the model's prompt format is `ling_local.prompts.PromptBuilder`)."""
+
     def __init__(self, counter: TokenCounter, prefix_tokens: int, suffix_tokens: int) -> None:
         self.counter = counter
         self.prefix_tokens = prefix_tokens

@@ -23,7 +23,7 @@ from ling_local.config import Profile, PromptSettings, load_profile
 from ling_local.errors import ConfigError
 from lsp.bridge import DaemonBridge
 from lsp.completer import Completer
-from lsp.context import PromptBuilder, Snapshot
+from lsp.context import CursorContextBuilder, Snapshot
 from lsp.retrieval import WorkspaceIndex
 from lsp.settings import LspSettings, merge_settings
 from lsp.telemetry import Telemetry
@@ -83,7 +83,7 @@ class LingLanguageServer(LanguageServer):
         self.completer = Completer(
             bridge=self.bridge,
             counter=self.counter,
-            builder=PromptBuilder(self.counter, prompt.prefix_tokens, prompt.suffix_tokens),
+            builder=CursorContextBuilder(self.counter, prompt.prefix_tokens, prompt.suffix_tokens),
             documents=_Documents(self),
             settings=lambda: self.settings,
             telemetry=self.telemetry,

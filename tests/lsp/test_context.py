@@ -5,7 +5,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from lsp.context import PromptBuilder, Snapshot, Snippet
+from lsp.context import CursorContextBuilder, Snapshot, Snippet
 from lsp.retrieval import WorkspaceIndex, list_files
 from lsp.similar import OpenDocuments
 from lsp.tokens import TokenCounter
@@ -19,7 +19,7 @@ def snap_at_end(text: str, uri: str = "file:///w/main.py") -> Snapshot:
 
 def test_windows_fit_the_budget_and_the_suffix_is_whole_lines() -> None:
     counter = TokenCounter(chars_per_token=3.0)
-    builder = PromptBuilder(counter, prefix_tokens=200, suffix_tokens=50)
+    builder = CursorContextBuilder(counter, prefix_tokens=200, suffix_tokens=50)
     text = MODULE + "\n# cursor here\n" + MODULE
     offset = len(MODULE) + 1
     prompt = builder.build(Snapshot("u", text, offset, "python"), [])
@@ -33,7 +33,9 @@ def test_windows_fit_the_budget_and_the_suffix_is_whole_lines() -> None:
 def test_consecutive_keystrokes_share_the_prompt_start() -> None:
     """The window's start stays put while the user types, so the engine's prefix cache
     keeps hitting; it moves only when the window outgrows its budget."""
-    builder = PromptBuilder(TokenCounter(chars_per_token=3.0), prefix_tokens=300, suffix_tokens=0)
+    builder = CursorContextBuilder(
+        TokenCounter(chars_per_token=3.0), prefix_tokens=300, suffix_tokens=0
+    )
     text = MODULE
     starts = []
     for extra in "x = helper_3(41)\nprint(x)\n":
@@ -44,7 +46,7 @@ def test_consecutive_keystrokes_share_the_prompt_start() -> None:
 
 def test_snippets_come_first_as_comments_within_budget() -> None:
     counter = TokenCounter(chars_per_token=3.0)
-    builder = PromptBuilder(counter, prefix_tokens=400, suffix_tokens=0)
+    builder = CursorContextBuilder(counter, prefix_tokens=400, suffix_tokens=0)
     snippets = [Snippet("lib/geometry.py", "def area(r):\n    return 3.14 * r * r\n", 0.5, "open")]
     prompt = builder.build(snap_at_end(MODULE + "print(area("), snippets)
     assert prompt.prefix.startswith("# Path: lib/geometry.py\n# def area(r):\n")

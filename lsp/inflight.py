@@ -1,4 +1,5 @@
-"""One generation in the daemon, shared by every request that can use it.
+"""One in-flight completion stream from the daemon, shared by every editor request that can
+use it (the engine's own per-request state is `ling_local.engines.embedded.generation`).
 
 It runs in its own task, not in the request handler's, so that a request the editor
 cancels does not kill a generation that the next keystroke's request can still use
@@ -20,7 +21,7 @@ from lsp.bridge import DaemonBridge
 from lsp.context import Prompt
 from lsp.postprocess import Shape, Site, complete_lines, finish, process
 
-__all__ = ["Generation", "GenerationOptions"]
+__all__ = ["CompletionOptions", "InflightCompletion"]
 
 log = logging.getLogger(__name__)
 
@@ -30,14 +31,14 @@ SPECULATIVE_TTL_S = 10.0
 
 
 @dataclass(frozen=True, slots=True)
-class GenerationOptions:
+class CompletionOptions:
     max_tokens: int
     temperature: float | None = None
     seed: int | None = None
     key: str | None = None
 
 
-class Generation:
+class InflightCompletion:
     def __init__(
         self,
         *,
@@ -47,8 +48,8 @@ class Generation:
         site: Site,
         shape: Shape,
         bridge: DaemonBridge,
-        options: GenerationOptions,
-        on_done: Callable[[Generation], None],
+        options: CompletionOptions,
+        on_done: Callable[[InflightCompletion], None],
         speculative: bool = False,
     ) -> None:
         self.before, self.after = before, after
