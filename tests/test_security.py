@@ -325,3 +325,17 @@ def test_bench_models_live_in_a_private_directory() -> None:
     assert not str(path).startswith(tempfile.gettempdir() + "/ling-bench")
     assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
     assert path.parent.stat().st_uid == os.getuid()
+
+
+def test_endless_headers_are_cut_off_with_431(daemon: DaemonProcess) -> None:
+    host, port = daemon.url.removeprefix("http://").rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\n")
+        with contextlib.suppress(ConnectionError):
+            for i in range(200):  # 200 x 1 KiB of headers, never finished
+                sock.sendall(f"X-Filler-{i}: ".encode() + b"a" * 1000 + b"\r\n")
+        reply = sock.recv(65536)
+    assert reply.startswith(b"HTTP/1.1 431"), reply[:100]
+    with daemon.http() as http:  # a request with a big body is not mistaken for one
+        r = http.post("/v1/completions", json={"prompt": "x" * 200_000, "max_tokens": 1})
+        assert r.status_code == 400 and "context" in r.json()["error"]["message"]
