@@ -207,6 +207,11 @@ def functional_checks(daemon: Daemon) -> None:
             fim.usage.prompt_tokens > out.usage.prompt_tokens // 4,
             f"{fim.usage.prompt_tokens} prompt tokens",
         )
+        finishes = [
+            client.complete("x = ", max_tokens=2, temperature=1.0, seed=seed).finish_reason
+            for seed in (-(2**63), 2**63 - 1, 0)
+        ]  # the daemon's seed bounds (a signed 64-bit integer) are ones SGLang takes
+        check("seed bounds", all(f in ("stop", "length") for f in finishes), f"{finishes}")
         with client.stream_chat(
             [{"role": "user", "content": "Write a sort function."}], max_tokens=16
         ) as stream:

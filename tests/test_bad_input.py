@@ -112,6 +112,7 @@ def _completion(**fields: str) -> bytes:
 
 HOSTILE = [
     ("/v1/completions", _completion(seed=str(2**64)), "seed"),
+    ("/v1/completions", _completion(seed=str(2**63)), "seed"),
     ("/v1/completions", _completion(seed=str(-(2**63) - 1)), "seed"),
     ("/v1/completions", _completion(seed=str(2**64), stream="true"), "seed"),
     ("/v1/completions", _completion(ignored=DEEP.decode()), "not valid JSON"),
@@ -141,6 +142,7 @@ HOSTILE = [
     HOSTILE,
     ids=[
         "seed-2**64",
+        "seed-2**63",
         "seed-below-int64",
         "seed-2**64-stream",
         "deep-ignored",

@@ -41,8 +41,9 @@ PriorityName = Literal["completion", "chat", "agent"]
 #: Below this a temperature is greedy decoding: dividing logits by a subnormal number
 #: overflows to inf (vLLM draws the same line).
 GREEDY_BELOW = 1e-5
-#: Seeds the engines' generators take (torch accepts [-2**63, 2**64)).
-SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1
+#: A seed is a signed 64-bit integer: what every engine takes (torch's generator, SGLang's
+#: sampling_seed, OpenAI-compatible servers).
+SEED_MIN, SEED_MAX = -(2**63), 2**63 - 1
 #: Token ids are int32 in every engine; the vocabulary bound is checked once the engine is up.
 TOKEN_ID_MAX = 2**31 - 1
 
