@@ -264,14 +264,17 @@ def _send(http: httpx.Client, route: str, data: bytes) -> None:
     _check(response)
 
 
+@pytest.mark.parametrize("half", [1, 2])  # two tests of half the run each: none is long
 @settings(
-    max_examples=EXAMPLES,
+    max_examples=EXAMPLES // 2,
     deadline=None,
     database=None,
     suppress_health_check=list(HealthCheck),
 )
 @given(data=st.data())
-def test_fuzz_generation_routes(http: httpx.Client, fields: dict[str, list[str]], data) -> None:
+def test_fuzz_generation_routes(
+    http: httpx.Client, fields: dict[str, list[str]], half: int, data
+) -> None:
     # One body, drawn from both routes' fields, sent to each route: half the drawing per
     # request, and every body also carries the other route's fields as extras.
     names = sorted(set(fields["/v1/completions"]) | set(fields["/v1/chat/completions"]))
