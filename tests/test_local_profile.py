@@ -6,14 +6,13 @@ that names it."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from ling_local.doctor import collect_checks
 from ling_local.errors import EngineNotReady
-from tests.support import REPO, child_env, start_daemon
+from tests.support import start_daemon
 
 pytestmark = pytest.mark.slow
 
@@ -29,7 +28,7 @@ def random_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_local_profile_serves_a_model_directory_on_the_cpu(
-    random_model: Path, tmp_path: Path
+    random_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     env = {"LING_LOCAL_MODEL__PATH": str(random_model), "CUDA_VISIBLE_DEVICES": ""}
     daemon = start_daemon("local", tmp_path / "home", env=env)
@@ -47,26 +46,30 @@ def test_local_profile_serves_a_model_directory_on_the_cpu(
             assert stream.usage is None or stream.usage.completion_tokens <= 8
         assert isinstance(text, str)
         assert "int8" in daemon.log.read_text()  # the CPU's int8 matmuls (engine log line)
-        doctor = subprocess.run(
-            [sys.executable, "-m", "ling_local", "doctor", "--profile", "local"],
-            capture_output=True, text=True, env=daemon.env, cwd=REPO, timeout=120,
-        )  # fmt: skip
-        out = " ".join(doctor.stdout.split())
-        assert "decode step" in out and "torch: the Triton step needs a CUDA GPU" in out
-        assert "decode step torch" in out  # the running daemon's answer, from /health
+        # `ling-local doctor --profile local` here, against the running daemon (the model
+        # on the CPU even where there is a GPU: the daemon above was kept off it too)
+        for name, value in (*env.items(), ("LING_LOCAL_MODEL__DEVICE", "cpu")):
+            monkeypatch.setenv(name, value)
+        monkeypatch.setenv("LING_LOCAL_HOME", str(daemon.home))
+        checks = {c.name: c for c in collect_checks("local")}
+        assert checks["decode step"].ok is None  # information
+        assert checks["decode step"].detail == (
+            "torch: the Triton step needs a CUDA GPU; the model runs on the cpu"
+        )
+        assert checks["daemon"].ok and "decode step torch" in checks["daemon"].detail
     finally:
         daemon.stop()
 
 
-def test_a_missing_model_directory_is_named(tmp_path: Path) -> None:
+def test_a_missing_model_directory_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     missing = tmp_path / "no-such-model"
     env = {"LING_LOCAL_MODEL__PATH": str(missing), "CUDA_VISIBLE_DEVICES": ""}
     with pytest.raises((EngineNotReady, RuntimeError), match=r"model directory .* not found"):
         start_daemon("local", tmp_path / "home", env=env, timeout=60)
-    doctor = subprocess.run(
-        [sys.executable, "-m", "ling_local", "doctor", "--profile", "local"],
-        capture_output=True, text=True, timeout=120, cwd=REPO,
-        env=child_env(tmp_path / "home2", **env),
-    )  # fmt: skip
-    assert doctor.returncode == 1
-    assert "missing config.json" in " ".join(doctor.stdout.split())
+    monkeypatch.setenv("LING_LOCAL_MODEL__PATH", str(missing))
+    checks = {c.name: c for c in collect_checks("local")}
+    assert checks["model files"].ok is False
+    assert "missing config.json" in checks["model files"].detail
+    assert "decode step" not in checks  # nothing to decide without a model

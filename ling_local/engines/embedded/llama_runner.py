@@ -84,9 +84,9 @@ class LlamaWeights:
     head_dim: int
     eps: float
     norms_folded: bool = False
-    """The RMSNorm weights are folded into the next matrices (`triton_setup.fold_norms`)."""
+    """The RMSNorm weights are folded into the next matrices (`triton.setup.fold_norms`)."""
     head_screen: Any = None
-    """The output head's int8 screen for greedy steps (`triton_setup.screen_head`), built
+    """The output head's int8 screen for greedy steps (`triton.setup.screen_head`), built
     on first use."""
 
     @classmethod
