@@ -15,7 +15,7 @@
 #           sizes, the whole step, agreement with the PyTorch step; its best.json is for
 #           LING_LOCAL_TRITON_CONFIGS by hand (the other steps run the shipped configs)
 #   sweeptest - the sweep script's own GPU test (tests/bench/test_kernel_sweep_script.py)
-#   STEPS="serve tests" bash scripts/gpu_engine.sh
+#   STEPS="serve tests" bash scripts/gpu_engine.sh   (both fit one 10-minute device call)
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/ours .gpu/daemon-wheels/*.whl || exit 1
 export PYTHONPATH=/tmp/ours:$PWD PYTHONUNBUFFERED=1 LING_LOCAL_HOME=/tmp/ling-home
@@ -28,11 +28,11 @@ nvidia-smi --query-gpu=name,driver_version,memory.used,clocks.sm,clocks.mem --fo
 python3 -c "import torch, transformers, triton; print('torch', torch.__version__, 'transformers', transformers.__version__, 'triton', triton.__version__)" 2>&1 | tee -a "$LOG"
 serve() {
   step serve vs engine
-  timeout ${SERVE_S:-420} python3 scripts/serve_vs_engine.py --out "$OUT/serve" 2>&1 | grep -v "it/s" | tail -8 | tee -a "$LOG"
+  timeout ${SERVE_S:-330} python3 scripts/serve_vs_engine.py --out "$OUT/serve" 2>&1 | grep -v "it/s" | tail -8 | tee -a "$LOG"
 }
 tests() {
   step Triton kernel suite, engine GPU tests, decode path
-  timeout ${TESTS_S:-300} python3 -m pytest -q -p no:cacheprovider -W ignore -x \
+  timeout ${TESTS_S:-250} python3 -m pytest -q -p no:cacheprovider -W ignore -x \
     tests/test_triton_kernels.py tests/test_triton_screen.py tests/test_token_ring.py \
     tests/test_gpu_engine.py tests/test_decode_path.py 2>&1 | tail -15 | tee -a "$LOG"
 }
