@@ -236,8 +236,7 @@ def bench_engine(
     variants: Annotated[
         str,
         typer.Option(
-            help="comma list: eager,graphs,compiled,triton,triton-exact-head,prompt-lookup,"
-            "prompt-lookup-triton"
+            help="comma list: eager,graphs,compiled,triton,prompt-lookup,prompt-lookup-triton"
         ),
     ] = "graphs,compiled,prompt-lookup",
     workload: Annotated[

@@ -81,6 +81,8 @@ class Health:
     engine_running: int = 0
     detail: str = ""
     version: str = ""
+    decode: dict | None = None
+    """The embedded engine's decode step: {"kernels": ..., "why": ...} (None otherwise)."""
 
     @property
     def ready(self) -> bool:

@@ -60,25 +60,20 @@ class EngineSettings(_Section):
     """Capture the decode step in a CUDA graph when running on a GPU."""
     compile: bool = False
     """torch.compile the graph-captured step (fuses small ops; costs start-up time)."""
-    kernels: Literal["torch", "triton"] = "torch"
-    """The graph-captured GPU step's kernels: ``torch`` (PyTorch ops, compiled if
-    ``compile``) or ``triton`` (hand-written Triton kernels, `engines/embedded/triton/kernels.py`: five
-    launches a layer with PDL, RoPE and the KV write in the QKV epilogue, SiLU*up in the
-    gate/up epilogue, flash-decoding attention, the argmax in the output head; the fastest
-    step measured, 0.798–0.799 ms/token for Llama-3.2-1B on an H200 with `screen_head`,
-    `token_ring`, the attention on the tensor cores and part of the QKV and down weights
-    kept in the L2, against 1.08 for a compiled gpt-fast-style loop).
-    ``triton`` needs a CUDA device, CUDA graphs, the triton package and a
-    Llama/Mistral/Qwen2-style model; it folds the RMSNorm weights into the matrices."""
-    screen_head: bool = True
-    """With ``kernels = "triton"``, greedy decode steps find the argmax from an int8 copy
-    of the output head and recompute exactly only the rows that can win
-    (`engines/embedded/triton/screen.py`): the same tokens, about half the head's bytes per token;
-    costs one int8 copy of the head in GPU memory. Sampling always uses the full head."""
-    token_ring: bool = True
-    """With ``kernels = "triton"``, greedy decode steps write each token straight into
-    pinned host memory (mapped into the GPU's address space) instead of a device-to-host
-    copy after every step: nothing but the step's own kernels runs between replays."""
+    kernels: Literal["auto", "torch", "triton"] = "auto"
+    """The GPU decode step's kernels. ``auto``: the hand-written Triton step
+    (`engines/embedded/triton/`) on a CUDA GPU for a Llama/Mistral/Qwen2-style model in
+    bfloat16 with CUDA graphs on and triton installed, the PyTorch step otherwise
+    (`ling-local doctor` and ``GET /health`` say which runs and why). ``triton``: that step
+    or a failure at load, with the reason. ``torch``: PyTorch ops, compiled if ``compile``.
+    The Triton step is five launches a layer with programmatic dependent launch, RoPE and
+    the KV write in the QKV epilogue, SiLU*up in the gate/up epilogue, flash-decoding
+    attention on the tensor cores, and for greedy decoding an output head that finds the
+    argmax from an int8 copy of the head (recomputing exactly the rows that can win) and
+    writes each token straight into pinned host memory; it measured 0.798–0.799 ms/token
+    for Llama-3.2-1B on an H200, against 1.08 for a compiled gpt-fast-style loop. It folds
+    the RMSNorm weights into the matrices and keeps the int8 copy of the head in GPU
+    memory (half the head's bytes)."""
     quantize: Literal["none", "int8"] = "none"
     """Weight-only int8 matmuls on the CPU (4x fewer bytes per token; slightly less exact)."""
     warmup: bool = True

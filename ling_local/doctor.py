@@ -7,8 +7,13 @@ import platform
 import stat
 import sys
 from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ling_local import discovery, paths
+
+if TYPE_CHECKING:
+    from ling_local.config import Profile
 
 __all__ = ["Check", "collect_checks", "run_doctor"]
 
@@ -86,6 +91,8 @@ def _profile_checks(name: str) -> list[Check]:
                     str(directory) + ("" if ok else f" (missing {', '.join(missing)})"),
                 )
             )
+            if label == "model" and has_config:
+                checks.append(_decode_check(profile, directory))
     else:
         try:
             from ling_local.engines.sglang.checks import profile_checks
@@ -93,6 +100,32 @@ def _profile_checks(name: str) -> list[Check]:
             return checks
         checks.extend(Check(*c) for c in profile_checks(profile))
     return checks
+
+
+def _decode_check(profile: Profile, directory: Path) -> Check:
+    """Which decode step the embedded engine would run with this profile here, and why
+    (`decode_path`, from the model's config.json: nothing is loaded)."""
+    try:
+        import torch  # noqa: F401 (the checks above say when it is missing)
+        from transformers import AutoConfig
+
+        from ling_local.engines.embedded.decode_path import decode_path
+        from ling_local.engines.embedded.hf_runner import resolve_device, resolve_dtype
+        from ling_local.errors import ConfigError
+    except ImportError as err:
+        return Check("decode step", None, f"unknown ({err.name} is not installed)")
+    settings = profile.model
+    try:
+        device = resolve_device(settings.device)
+        config = AutoConfig.from_pretrained(
+            directory, local_files_only=True, trust_remote_code=settings.trust_remote_code
+        )
+        chosen = decode_path(profile.engine, device, resolve_dtype(settings.dtype, device), config)
+    except ConfigError as err:
+        return Check("decode step", False, err.message)
+    except (OSError, ValueError) as err:
+        return Check("decode step", False, f"cannot read {directory / 'config.json'}: {err}")
+    return Check("decode step", None, f"{chosen.kernels}: {chosen.why}")
 
 
 def _daemon_checks() -> list[Check]:
@@ -113,9 +146,12 @@ def _daemon_checks() -> list[Check]:
     try:
         with Client(info.url) as client:
             h = client.health()
+        decode = f", decode step {h.decode['kernels']}" if h.decode else ""
         checks.append(
             Check(
-                "daemon", h.ready, f"{info.url}: {h.state}, {h.model} ({h.engine}), pid {info.pid}"
+                "daemon",
+                h.ready,
+                f"{info.url}: {h.state}, {h.model} ({h.engine}{decode}), pid {info.pid}",
             )
         )
     except LingLocalError as err:

@@ -3,9 +3,10 @@
 # ../shared/tools/sglang-gpu-kit/build.sh and scripts/gpu_wheels.sh; move ling_local/models
 # aside first: docs/sglang.md): STEPS (default all four, in this order)
 #   sglang - the daemon in front of the real SGLang (scripts/gpu_sglang_check.py, RUNS pairs)
-#   tests  - the embedded engine's GPU tests and the Triton kernels' tests on the GPU
-#   sweep  - a Triton sweep around docs/bench/kernel_sweep_h200_run3.json's best
-#   bench  - `bench engine` (Triton step) with the sweep's winners
+#   tests  - the embedded engine's GPU tests and the Triton kernel suite on the GPU
+#   sweep  - a Triton sweep around docs/bench/kernel_sweep_h200_run3.json's best (its
+#            best.json is for LING_LOCAL_TRITON_CONFIGS by hand)
+#   bench  - `bench engine` (Triton step, the shipped block sizes)
 # Logs to $OUT/run.log, results beside it. About 9 minutes for all four.
 # (scripts/gpu_engine.sh is the engine-only call, without the kit.)
 set -uo pipefail
@@ -28,15 +29,14 @@ if wants tests; then
   step engine and Triton GPU tests
   timeout ${TESTS_S:-90} python3 -m pytest -q -p no:cacheprovider -W ignore -m gpu \
     tests/test_gpu_engine.py 2>&1 | tail -8 | tee -a "$LOG"
-  timeout 60 python3 -m pytest -q -p no:cacheprovider -W ignore tests/test_triton_kernels.py \
-    tests/test_triton_persistent.py tests/test_triton_screen.py \
+  timeout 200 python3 -m pytest -q -p no:cacheprovider -W ignore tests/test_triton_kernels.py \
+    tests/test_triton_screen.py tests/test_token_ring.py \
     2>&1 | tail -4 | tee -a "$LOG"
 fi
 if wants sweep; then
   step focused sweep
   timeout ${SWEEP_S:-90} python3 scripts/gpu_kernel_sweep.py --out "$OUT" \
     --focused docs/bench/kernel_sweep_h200_run3.json 2>&1 | grep -v "it/s" | tail -30 | tee -a "$LOG"
-  if [ -s "$OUT/best.json" ]; then export LING_LOCAL_TRITON_CONFIGS=$OUT/best.json; fi
 fi
 if wants bench; then
   mkdir -p "$OUT/eb"

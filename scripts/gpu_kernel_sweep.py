@@ -7,15 +7,17 @@ For the random Llama-3.2-1B-shaped model of `bench engine` (bf16, 512-token cont
    block sizes: each variant launched once per layer's weights (16 launches, as in a real
    step, so L2 never holds the weights), captured in a CUDA graph, replays timed with
    events; compiled first in parallel worker processes (Triton's disk cache);
-3. the whole captured step with the best of each (PDL on and off, the attention's fused
-   reduce on and off), the PyTorch graph step for reference, and T = 9 (a verify);
-4. the Triton step against the PyTorch step, teacher-forced: logits error and argmax.
+3. the whole captured step with the best of each (the full head and the greedy head's
+   screen), the PyTorch graph step for reference, and T = 9 (a verify);
+4. the Triton step against the PyTorch step, teacher-forced: logits error and argmax, and
+   the screened head's argmax against the full head's.
 
 Writes $OUT/kernel_sweep.json (every number) and $OUT/best.json (the winning block sizes,
 for LING_LOCAL_TRITON_CONFIGS); prints a table last. With --tune-step, a coordinate descent
-on the whole step's time (`STEP_SPACE`: L2 prefetch fractions, the PDL launch point, sizes
-that change which kernels' CTAs share an SM) writes every config to best.json instead.
-    python3 scripts/gpu_kernel_sweep.py --out $OUT [--quick] [--tune-step]
+on the whole step's time (`kernel_tune.SPACES`: L2 fractions, the attention's splits and
+tiles, sizes that change which kernels' CTAs share an SM) writes every config to best.json
+instead.
+    python3 scripts/gpu_kernel_sweep.py --out $OUT [--quick] [--tune-step [--space keep]]
 """
 
 from __future__ import annotations
@@ -34,23 +36,22 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 import torch  # noqa: E402
-from kernel_fixture import MAX_LEN, Fixture, bandwidth, graph_ms, on_cpu  # noqa: E402
-from kernel_grid import focused, grid, tma_grid  # noqa: E402  (beside this script)
-from kernel_tune import SPACES, _get, _set, step_ms, tune_step  # noqa: E402
+from kernel_fixture import MAX_LEN, Fixture, bandwidth, graph_ms  # noqa: E402
+from kernel_grid import focused, grid  # noqa: E402  (beside this script)
+from kernel_tune import SPACES, step_ms, tune_step  # noqa: E402
 
 
 # --------------------------------------------------------------------------- workers
-def _compile_worker(jobs: list[tuple[str, dict]], pdl: bool) -> list[str]:
+def _compile_worker(jobs: list[tuple[str, dict]]) -> list[str]:
     """Run each (kernel, config) once on a 1-layer fixture: Triton compiles it into the
     shared disk cache. Returns the failures."""
-    from ling_local.engines.embedded.triton import kernels as tk
+    from ling_local.engines.embedded.triton.setup import apply_config
 
-    tk.SETTINGS.pdl = pdl
     fx = Fixture(layers=1)
     failed = []
     for name, cfg in jobs:
         try:
-            tk.apply_config(name, cfg)
+            apply_config(name, cfg)
             with torch.inference_mode():
                 fx.op(name)()
             torch.cuda.synchronize()
@@ -59,44 +60,17 @@ def _compile_worker(jobs: list[tuple[str, dict]], pdl: bool) -> list[str]:
     return failed
 
 
-def precompile(jobs: list[tuple[str, dict]], workers: int, pdl: bool) -> list[str]:
+def precompile(jobs: list[tuple[str, dict]], workers: int) -> list[str]:
     ctx = mp.get_context("spawn")
     chunks = [jobs[i::workers] for i in range(workers)]
     with ctx.Pool(workers) as pool:
-        results = pool.starmap(_compile_worker, [(c, pdl) for c in chunks if c])
+        results = pool.map(_compile_worker, [c for c in chunks if c])
     return [f for r in results for f in r]
 
 
 # --------------------------------------------------------------------------- measures
-def pdl_probe() -> bool | str:
-    """Whether a PDL-launched Triton GEMV captures into a CUDA graph and replays right;
-    if not, every later launch goes without PDL."""
-    from ling_local.engines.embedded.triton import kernels as tk
-
-    x = torch.randn(1, 512, device="cuda", dtype=torch.bfloat16)
-    w = torch.randn(256, 512, device="cuda", dtype=torch.bfloat16) * 0.05
-    res = torch.zeros(1, 256, device="cuda", dtype=torch.bfloat16)
-    tk.SETTINGS.pdl = True
-    try:
-        graph_ms(lambda: tk.gemv(x, w, "o", residual=res), reps=2)
-        res.zero_()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            tk.gemv(x, w, "o", residual=res)
-        res.zero_()
-        graph.replay()
-        torch.cuda.synchronize()
-        want = torch.nn.functional.linear(x.float(), w.float())
-        ok = (res.float() - want).abs().max().item() < 0.05 * want.abs().max().item()
-        tk.SETTINGS.pdl = ok
-        return ok
-    except Exception as err:
-        tk.SETTINGS.pdl = False
-        return f"{type(err).__name__}: {str(err)[:300]}"
-
-
 def sweep(fx: Fixture, variants: dict[str, list[dict]], failed: set[str]) -> dict:
-    from ling_local.engines.embedded.triton import kernels as tk
+    from ling_local.engines.embedded.triton.setup import apply_config
 
     results: dict = {}
     for name, cfgs in variants.items():
@@ -108,7 +82,7 @@ def sweep(fx: Fixture, variants: dict[str, list[dict]], failed: set[str]) -> dic
             if any(f.startswith(key) for f in failed):
                 continue
             try:
-                tk.apply_config(name, cfg)
+                apply_config(name, cfg)
                 ms = graph_ms(fx.op(name))
                 rows.append(
                     dict(
@@ -123,16 +97,16 @@ def sweep(fx: Fixture, variants: dict[str, list[dict]], failed: set[str]) -> dic
         results[name] = {"best": ok[0] if ok else None, "top": ok[:8], "n": len(rows),
                          "errors": [r for r in rows if "error" in r][:5]}  # fmt: skip
         if ok:
-            tk.apply_config(name, ok[0]["cfg"])
+            apply_config(name, ok[0]["cfg"])
         print(f"  {name:15} best {ok[0]['us'] if ok else '-'} us {ok[0]['cfg'] if ok else ''}",
               flush=True)  # fmt: skip
     return results
 
 
 def step_times(fx: Fixture) -> dict:
-    """The captured step's replay time: the T = 1 Triton step as configured and with each
-    off-by-default path flipped (the persistent kernel, the fused attention + O), the
-    PyTorch graph step, and T = 9 (a verify) for both."""
+    """The captured step's replay time: the T = 1 Triton step as configured, with the full
+    head and with the greedy head's screen, the PyTorch graph step, and T = 9 (a verify)
+    for both."""
     out = {}
 
     def timed(label: str, t: int, kernels: str) -> None:
@@ -143,14 +117,7 @@ def step_times(fx: Fixture) -> dict:
         print(f"  step {label}: {out[label]}", flush=True)
 
     timed("triton", 1, "triton")
-    timed("triton, screen_head", 1, "triton-screen")
-    for name, field in (("persistent", "enabled"), ("attn", "fuse_o")):
-        keep = _get(name, field)
-        _set(name, field, not keep)
-        try:
-            timed(f"triton, {name if name == 'persistent' else field}={not keep}", 1, "triton")
-        finally:
-            _set(name, field, keep)
+    timed("triton, screened head", 1, "triton-screen")
     for label, t, kernels in (("torch graph", 1, "torch"), ("triton T=9", 9, "triton"),
                               ("torch graph T=9", 9, "torch")):  # fmt: skip
         timed(label, t, kernels)
@@ -158,8 +125,6 @@ def step_times(fx: Fixture) -> dict:
 
 
 def agreement(fx: Fixture, steps: int = 48) -> dict:
-    if on_cpu():
-        steps = 3
     """Teacher-forced: both steps fed the torch step's tokens from the same cache state."""
     from ling_local.engines.embedded.cuda_graphs import GraphStep
 
@@ -218,27 +183,18 @@ def main() -> int:
     cli.add_argument(
         "--focused", type=Path, help="a previous kernel_sweep.json: sweep around its best"
     )
-    cli.add_argument(
-        "--cpu-smoke", action="store_true", help="tiny shape, Triton's CPU interpreter (tests)"
-    )
     cli.add_argument("--space", choices=tuple(SPACES), default="step",
                      help="--tune-step's space (kernel_tune.SPACES)")  # fmt: skip
     cli.add_argument(
-        "--tma", action="store_true", help="sweep the TMA-descriptor variants (T = 1 GEMVs)"
-    )
-    cli.add_argument(
         "--tune-step",
         action="store_true",
-        help="tune the whole step (STEP_SPACE) after the sweep; without --only, --tma or "
-        "--focused there is no sweep and the tune starts from the shipped configs",
+        help="tune the whole step (--space) after the sweep; without --only or --focused "
+        "there is no sweep and the tune starts from the shipped configs",
     )
     args = cli.parse_args()
-    if args.cpu_smoke:
-        args.quick, args.workers = True, 0
-        os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported
     args.out.mkdir(parents=True, exist_ok=True)
     result: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-                    "device": torch.cuda.get_device_name() if not on_cpu() else "cpu"}  # fmt: skip
+                    "device": torch.cuda.get_device_name()}  # fmt: skip
 
     def save() -> None:
         (args.out / "kernel_sweep.json").write_text(json.dumps(result, indent=1, default=str))
@@ -248,27 +204,16 @@ def main() -> int:
     result["versions"] = {"torch": torch.__version__, "triton": triton.__version__}
     result["bandwidth"] = bandwidth()
     print(f"bandwidth {result['bandwidth']}", flush=True)
-    if not on_cpu():
-        result["pdl_in_graphs"] = pdl_probe()
-        print(f"PDL inside CUDA graphs: {result['pdl_in_graphs']}", flush=True)
-    variants = grid(args.quick, half_head=(32 if on_cpu() else 64) // 2)
+    variants = grid(args.quick, half_head=64 // 2)
     if args.focused:
         variants = focused(args.focused)
-    if args.tma:
-        from dataclasses import asdict
-
-        from ling_local.engines.embedded.triton import setup as triton_setup
-
-        shipped = {n: asdict(c) for n, c in triton_setup.SHIPPED.items()}
-        variants = tma_grid(shipped, half_head=(32 if on_cpu() else 64) // 2)
     if args.only:
         variants = {k: v for k, v in variants.items() if k in args.only.split(",")}
-    if args.tune_step and not (args.only or args.tma or args.focused):
+    if args.tune_step and not (args.only or args.focused):
         variants = {}
     jobs = [(name, cfg) for name, cfgs in variants.items() for cfg in cfgs]
     t0 = time.time()
-    pdl = result.get("pdl_in_graphs") is True
-    failed = precompile(jobs, args.workers, pdl=pdl) if args.workers else []
+    failed = precompile(jobs, args.workers) if args.workers else []
     result["compile"] = {"variants": len(jobs), "seconds": round(time.time() - t0, 1),
                          "failed": failed[:20], "n_failed": len(failed)}  # fmt: skip
     print(f"compiled {len(jobs)} variants in {result['compile']['seconds']}s, "
@@ -279,24 +224,11 @@ def main() -> int:
     fx = Fixture()
     result["sweep"] = sweep(fx, variants, set(failed))
     best = {n: r["best"]["cfg"] for n, r in result["sweep"].items() if r["best"]}
-    (args.out / "best.json").write_text(json.dumps({**best, "pdl": pdl}, indent=1))
+    (args.out / "best.json").write_text(json.dumps(best, indent=1))
     save()
     if args.tune_step:
         try:
-            smoke = [("o", "l2_prefetch", [1.0]), ("attn", "l2_prefetch", [False, True]),
-                     ("settings", "early_trigger", [True])]  # fmt: skip
-            result["tune_step"] = (
-                tune_step(fx, smoke, reps=5)
-                if on_cpu()
-                else tune_step(
-                    fx,
-                    SPACES[args.space],
-                    reps=200,
-                    kernels="triton-screen"
-                    if args.space in ("screen", "attn", "keep")
-                    else "triton",
-                )
-            )
+            result["tune_step"] = tune_step(fx, SPACES[args.space], reps=200)
             (args.out / "best.json").write_text(
                 json.dumps(result["tune_step"]["configs"], indent=1)
             )

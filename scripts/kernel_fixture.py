@@ -1,36 +1,20 @@
 """The model, activations and timing `gpu_kernel_sweep.py` measures the Triton kernels
-with: the Llama-3.2-1B-shaped random model of `bench engine` (a tiny shape under Triton's
-CPU interpreter, the script's --cpu-smoke), each kernel launched once per layer's weights,
-replays of CUDA graphs timed with events."""
+with: the Llama-3.2-1B-shaped random model of `bench engine` on the GPU, each kernel
+launched once per layer's weights, replays of CUDA graphs timed with events."""
 
 from __future__ import annotations
 
-import os
 import statistics
-import time
 
 import torch
 
 from ling_local.bench.baselines import bench_config, copy_bandwidth
 from ling_local.bench.engine import LLAMA_1B
 
-__all__ = ["CONTEXT", "MAX_LEN", "Fixture", "bandwidth", "device", "graph_ms", "on_cpu"]
-
-
-def on_cpu() -> bool:
-    """The smoke run: Triton's CPU interpreter (set before triton is imported)."""
-    return os.environ.get("TRITON_INTERPRET") == "1"
-
-
-def device() -> str:
-    return "cpu" if on_cpu() else "cuda"
-
+__all__ = ["CONTEXT", "MAX_LEN", "Fixture", "bandwidth", "graph_ms"]
 
 CONTEXT = 512
 MAX_LEN = 1024
-SMOKE = dict(LLAMA_1B, vocab_size=512, hidden_size=128, intermediate_size=256, num_layers=2,
-             num_heads=4, num_kv_heads=2)  # fmt: skip
-"""--cpu-smoke's shape (head_dim 32), for Triton's CPU interpreter."""
 
 
 # --------------------------------------------------------------------------- fixtures
@@ -42,18 +26,15 @@ class Fixture:
 
         from ling_local.engines.embedded.llama_runner import LlamaRunner
 
-        shape = SMOKE if on_cpu() else LLAMA_1B
         overrides: dict = {} if layers is None else {"num_hidden_layers": layers}
-        if on_cpu():
-            overrides["head_dim"] = 32
-        config = bench_config(shape, **overrides)
+        config = bench_config(LLAMA_1B, **overrides)
         torch.manual_seed(0)
-        with torch.device(device()):
+        with torch.device("cuda"):
             model = LlamaForCausalLM(config).to(torch.bfloat16).eval()
         self.model = model
-        self.runner = LlamaRunner(model, torch.device(device()), MAX_LEN, cuda_graphs=False)
+        self.runner = LlamaRunner(model, torch.device("cuda"), MAX_LEN, cuda_graphs=False)
         self.w = self.runner.weights
-        from ling_local.engines.embedded.triton.kernels import fold_norms
+        from ling_local.engines.embedded.triton.setup import fold_norms
 
         fold_norms(self.w)  # the Triton kernels' form (and the torch steps run it too)
         self.slot = self.runner.new_cache()
@@ -61,7 +42,7 @@ class Fixture:
         self.prompt = torch.randint(3, config.vocab_size, (CONTEXT,), generator=gen).tolist()
         with torch.inference_mode():
             self.runner.forward(self.slot, self.prompt)
-        dev, bf = device(), torch.bfloat16
+        dev, bf = "cuda", torch.bfloat16
         h, i = config.hidden_size, config.intermediate_size
         self.x = torch.randn(9, h, device=dev, dtype=bf)
         self.q = torch.randn(9, h, device=dev, dtype=bf)
@@ -73,7 +54,7 @@ class Fixture:
         "verify:<name>" at T = 9."""
         from ling_local.engines.embedded.triton import kernels as tk
 
-        w, s = self.w, tk.Scratch(torch.device(device()), self.w.lm_head.shape[0])
+        w, s = self.w, tk.Scratch(torch.device("cuda"), self.w.lm_head.shape[0])
         nh, nkv, hd, eps = w.n_heads, w.n_kv_heads, w.head_dim, w.eps
         ks, vs = self.slot.k, self.slot.v
         t = 9 if name.startswith("verify:") else 1
@@ -90,11 +71,11 @@ class Fixture:
                 elif name == "attn":
                     tk.decode_attention(q, ks[i], vs[i], self.pos, nh, nkv, hd, s)
                 elif name == "o":
-                    tk.gemv(q, layer.wo, "o", residual=x, scratch=s)
+                    tk.gemv(q, layer.wo, "o", residual=x)
                 elif name == "gate_up":
                     tk.gate_up_silu(x, layer.w13, eps)
                 elif name == "down":
-                    tk.gemv(act, layer.w2, "down", residual=x, scratch=s)
+                    tk.gemv(act, layer.w2, "down", residual=x)
                 elif name == "lm_head" and i < 4:
                     tk.lm_head_argmax(x, w.lm_head, eps, s)
 
@@ -118,11 +99,6 @@ class Fixture:
 
 def graph_ms(fn, reps: int = 25) -> float:
     """Median replay time of `fn` captured in a CUDA graph."""
-    if on_cpu():  # the smoke run: the logic, not the time
-        with torch.inference_mode():
-            t0 = time.perf_counter()
-            fn()
-        return (time.perf_counter() - t0) * 1e3
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream), torch.inference_mode():
@@ -149,6 +125,4 @@ def graph_ms(fn, reps: int = 25) -> float:
 
 def bandwidth() -> dict:
     """The device's copy bandwidth (`bench engine`'s: bytes read + written), for the floor."""
-    if on_cpu():
-        return {"copy_tb_s": 0.01}
     return {"copy_tb_s": round(copy_bandwidth(torch.device("cuda")) / 1e12, 3)}

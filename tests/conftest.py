@@ -13,6 +13,21 @@ from tests.support import (
 )
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `gpu` (the full Triton kernel suite, the engine's GPU path) run with
+    `pytest -m gpu` on a CUDA machine and are skipped without one."""
+    gpu = [item for item in items if item.get_closest_marker("gpu")]
+    if not gpu:
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (marked gpu: run with -m gpu on one)")
+    for item in gpu:
+        item.add_marker(skip)
+
+
 @pytest.fixture(autouse=True)
 def _isolated_home(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch

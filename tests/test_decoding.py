@@ -89,7 +89,7 @@ async def test_graph_step_matches_the_plain_forward(model_dir: Path) -> None:
 async def test_triton_kernels_are_refused_at_load_off_a_gpu(model_dir: Path) -> None:
     profile = _profile(model_dir)
     profile.engine.kernels = "triton"
-    with pytest.raises(ConfigError, match="needs a CUDA device"):
+    with pytest.raises(ConfigError, match="needs a CUDA GPU"):
         await _engine(profile)
 
 

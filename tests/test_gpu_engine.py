@@ -12,6 +12,7 @@ import torch
 from ling_local.config import profile_from_dict
 from ling_local.engines.base import GenerationRequest, Priority, SamplingParams
 from ling_local.engines.embedded.torch_engine import TorchEngine
+from ling_local.errors import ConfigError
 
 pytestmark = [
     pytest.mark.gpu,
@@ -37,11 +38,12 @@ def gpu_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _profile(model: Path, dtype: str = "float32", **engine):
+    """A profile for the engine's GPU path: the torch step unless `kernels` says otherwise."""
     return profile_from_dict(
         {
             "name": "gpu",
             "model": {"path": str(model), "device": "cuda", "dtype": dtype, "context_length": 1024},
-            "engine": {"warmup": False, "cuda_graphs": True, **engine},
+            "engine": {"warmup": False, "cuda_graphs": True, "kernels": "torch", **engine},
         }
     )
 
@@ -163,31 +165,57 @@ async def test_compiled_graph_step_runs(gpu_model: Path) -> None:
     assert stats.finish_reason == "length"
 
 
-async def test_triton_engine_screened_head_gives_the_full_heads_tokens(gpu_model: Path) -> None:
-    """Triton kernels, bf16: greedy bursts through the head's int8 screen (the default)
-    give the tokens the full bf16 head gives, 96 of them, whether the tokens come through
-    the mapped host ring (the default) or a copy a step; seeded sampling, which takes the
-    full head's logits, repeats itself."""
-    prompt = "class A:\n    def f(self):\n"
-    texts = []
-    for cfg in (
-        {"screen_head": True},
-        {"screen_head": True, "token_ring": False},
-        {"screen_head": False},
-    ):
-        screen = cfg["screen_head"]
-        e = TorchEngine(_profile(gpu_model, dtype="bfloat16", kernels="triton", **cfg))
-        await e.start()
-        try:
-            assert (e.runner.weights.head_screen is not None) == screen
-            assert (e.decoder._ring is not None) == cfg.get("token_ring", True)
-            text, stats = await _gen(e, prompt, 96, ignore_eos=True)
-            assert stats.completion_tokens == 96
-            texts.append(text)
-            if screen:
-                a, _ = await _gen(e, "for", 30, temperature=0.9, seed=5, ignore_eos=True)
-                b, _ = await _gen(e, "for", 30, temperature=0.9, seed=5, ignore_eos=True)
-                assert a == b
-        finally:
-            await e.stop()
-    assert texts[0] == texts[1] == texts[2]
+def _full_head_tokens(e: TorchEngine, ids: list[int], n: int) -> list[int]:
+    """Greedy tokens of the engine's model through its Triton step with the full bf16 head,
+    replayed one step at a time: the prefill's token, then n - 1 steps."""
+    from ling_local.engines.embedded.cuda_graphs import GraphStep
+
+    runner, banned = e.runner, e.decoder.banned
+    slot = runner.new_cache()
+    with torch.inference_mode():
+        logits = runner.forward(slot, ids).index_fill_(-1, banned, float("-inf"))
+        out = [int(logits.argmax())]
+        step = GraphStep(runner.weights, slot, 1, runner.max_len, banned=banned, kernels="triton")
+        step.load(out, len(ids))
+        for _ in range(n - 1):
+            step.replay()
+            out.append(int(step.argmax))
+            step.advance(step.argmax)
+    return out
+
+
+async def test_the_default_on_a_gpu_is_the_triton_step(gpu_model: Path) -> None:
+    """`engine.kernels = "auto"`, bf16: the engine takes the Triton step and says so in its
+    health; greedy bursts (the head's int8 screen, tokens through the mapped host ring) give
+    the tokens of the full bf16 head stepped one at a time, 96 of them; seeded sampling,
+    which takes the full head's logits, repeats itself. In float32 "auto" is the torch
+    step, with the reason, and "triton" refuses to load."""
+    e = TorchEngine(_profile(gpu_model, dtype="bfloat16", kernels="auto"))
+    await e.start()
+    try:
+        assert e.health().decode["kernels"] == "triton", e.health().decode
+        assert e.runner.weights.head_screen is not None and e.decoder._ring is not None
+        ids = e.tokenizer.encode("class A:\n    def f(self):\n")
+        request = GenerationRequest(
+            prompt="", prompt_ids=ids, priority=Priority.COMPLETION,
+            sampling=SamplingParams(max_tokens=96, ignore_eos=True),
+        )  # fmt: skip
+        got = [t async for delta in e.stream(request) for t in delta.token_ids]
+        a, _ = await _gen(e, "for", 30, temperature=0.9, seed=5, ignore_eos=True)
+        b, _ = await _gen(e, "for", 30, temperature=0.9, seed=5, ignore_eos=True)
+    finally:
+        await e.stop()
+    assert len(got) == 96 and a == b
+    assert got == _full_head_tokens(e, ids, 96)
+    fp32 = TorchEngine(_profile(gpu_model, kernels="auto"))
+    await fp32.start()
+    try:
+        assert fp32.health().decode == {
+            "kernels": "torch",
+            "why": "the Triton kernels are built and tested for bfloat16 weights, not float32",
+        }
+    finally:
+        await fp32.stop()
+    refused = TorchEngine(_profile(gpu_model, kernels="triton"))
+    with pytest.raises(ConfigError, match="bfloat16"):
+        await refused.start()

@@ -36,3 +36,15 @@ def test_quantized_runner_tracks_the_float_one(model_dir) -> None:
     assert ((a - b).norm() / a.norm()) < 0.05
     top_ref = set(a.topk(5).indices.tolist())
     assert int(b.argmax()) in top_ref
+
+
+def test_shapes_the_int8_kernel_cannot_take_stay_in_float() -> None:
+    """torch's CPU int8 kernel segfaults on a reduction length that is not a multiple of 8
+    (here the down projection's, intermediate 172): such a model runs in float."""
+    from tests.support import small_causal_lm
+
+    model = small_causal_lm("llama", hidden_size=64, intermediate_size=172)
+    runner = LlamaRunner(model, torch.device("cpu"), 64, quantize="int8")
+    assert not runner.quantized
+    logits = runner.forward(runner.new_cache(), [5, 6, 7])
+    assert torch.isfinite(logits).all()

@@ -1,14 +1,14 @@
-"""The greedy head's exact int8 screen (`triton_screen`, `engine.screen_head`) against the
-full bf16 head (`lm_head_argmax`): the same argmax, ties and banned tokens included, the
-next step chained alike, and bounds that hold. In Triton's CPU interpreter without a GPU
-(`triton_support`), for real on one."""
+"""The greedy head's exact int8 screen (`triton/screen.py`, every greedy Triton decode step)
+against the full bf16 head (`lm_head_argmax`): the same argmax, ties and banned tokens
+included, the next step chained alike, and bounds that hold. For real on a GPU; in Triton's
+CPU interpreter without one, the subset not marked `gpu` (`triton_support`)."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from tests.triton_support import BF16, DEV, NEEDS_TRITON, triton_kernels
+from tests.triton_support import BF16, DEV, GPU_ONLY, NEEDS_TRITON
 from tests.triton_support import folded_runner as _runner
 from tests.triton_support import randn as _randn
 
@@ -19,15 +19,26 @@ V, K = 700, 128  # 3 pick CTAs of 256 rows, the last one partial
 
 @pytest.fixture(scope="module")
 def tk():
-    return triton_kernels()
+    from ling_local.engines.embedded.triton import kernels
+
+    return kernels
 
 
-@pytest.fixture(params=[False, True], ids=["registers", "tma"])
-def small_tiles(tk, request, monkeypatch):
-    """The screen's tiles at the test shapes: register loads or TMA."""
-    cfg = tk.GemvConfig(block_n=16, block_k=64, tma=request.param)
-    monkeypatch.setitem(tk.CONFIGS, "lm_screen", cfg)
-    monkeypatch.setitem(tk.CONFIGS, "lm_head", tk.GemvConfig(block_n=32, block_k=64))
+@pytest.fixture(scope="module")
+def ts():
+    from ling_local.engines.embedded.triton import setup
+
+    return setup
+
+
+@pytest.fixture(
+    params=[pytest.param(False, marks=GPU_ONLY, id="registers"), pytest.param(True, id="tma")]
+)
+def small_tiles(ts, request, monkeypatch):
+    """The screen's tiles at the test shapes: register loads or TMA (as shipped)."""
+    cfg = ts.GemvConfig(block_n=16, block_k=64, tma=request.param)
+    monkeypatch.setitem(ts.CONFIGS, "lm_screen", cfg)
+    monkeypatch.setitem(ts.CONFIGS, "lm_head", ts.GemvConfig(block_n=32, block_k=64))
 
 
 class _Head:
@@ -39,24 +50,25 @@ class _Head:
         self.head_screen = None
 
 
-def _both(tk, x, w, banned=None) -> list[int]:
+def _both(tk, ts, x, w, banned=None) -> list[int]:
     """[the full head's argmax, the screened head's] for x [1, K]."""
-    screen = tk.screen_head(_Head(w))
+    screen = ts.screen_head(_Head(w))
     _, exact = tk.lm_head_argmax(x, w, 1e-6, tk.Scratch(DEV, w.shape[0], banned))
     logits, screened = tk.lm_head_screened(x, screen, w, 1e-6, tk.Scratch(DEV, w.shape[0], banned))
     assert logits is None
     return [int(exact), int(screened)]
 
 
+@GPU_ONLY
 @pytest.mark.parametrize("seed", range(4))
-def test_screened_argmax_is_the_exact_heads(tk, small_tiles, seed: int) -> None:
+def test_screened_argmax_is_the_exact_heads(tk, ts, small_tiles, seed: int) -> None:
     torch.manual_seed(seed)
     x, w = _randn(1, K), _randn(V, K, scale=0.05)
-    exact, screened = _both(tk, x, w)
+    exact, screened = _both(tk, ts, x, w)
     assert screened == exact
 
 
-def test_ties_go_to_the_first_index_and_banned_tokens_never_win(tk, small_tiles) -> None:
+def test_ties_go_to_the_first_index_and_banned_tokens_never_win(tk, ts, small_tiles) -> None:
     """Rows 600, 260 and 9 copy the best row of a random head: a three-way exact tie, which
     torch.argmax (and the full head) gives to the first index; with 9 banned it goes to
     260. Row 599 is the best row nudged by a fraction of a bf16 step of its logit: it
@@ -72,18 +84,19 @@ def test_ties_go_to_the_first_index_and_banned_tokens_never_win(tk, small_tiles)
     rounded = (xn @ w.float().T).to(BF16)[0]
     assert rounded[599] == rounded[best] and (xn @ w[599].float()) > (xn @ w[best].float())
     assert best not in (260, 599, 600)
-    assert _both(tk, x, w) == [min(9, best)] * 2
+    assert _both(tk, ts, x, w) == [min(9, best)] * 2
     banned = torch.tensor([9, 5], device=DEV)
-    exact, screened = _both(tk, x, w, banned=banned)
+    exact, screened = _both(tk, ts, x, w, banned=banned)
     assert screened == exact == (best if best not in (5, 9) and best < 260 else 260)
 
 
-def test_the_chain_and_the_resets(tk, small_tiles) -> None:
+@GPU_ONLY
+def test_the_chain_and_the_resets(tk, ts, small_tiles) -> None:
     """With tokens and pos (a decode graph) both heads write the token and pos + 1; the
     same scratch serves the next call (keys, counter and the lower bound reset)."""
     torch.manual_seed(4)
     w = _randn(V, K, scale=0.05)
-    screen = tk.screen_head(_Head(w))
+    screen = ts.screen_head(_Head(w))
     scratch = tk.Scratch(DEV, V)
     tokens = torch.zeros(1, dtype=torch.long, device=DEV)
     pos = torch.tensor([7], device=DEV)
@@ -95,12 +108,13 @@ def test_the_chain_and_the_resets(tk, small_tiles) -> None:
         assert int(pos) == 8 + i
 
 
-def test_the_bounds_hold_and_screen_out_most_rows(tk, small_tiles) -> None:
+@GPU_ONLY
+def test_the_bounds_hold_and_screen_out_most_rows(tk, ts, small_tiles) -> None:
     """Every row's upper bound is at least its exact logit (fp64 here), the largest lower
     bound at most the largest logit; and for random weights few rows stay candidates."""
     torch.manual_seed(5)
     w = _randn(V, K, scale=0.05)
-    screen = tk.screen_head(_Head(w))
+    screen = ts.screen_head(_Head(w))
     q = (screen.q.double() - 128) * screen.scale.double()[:, None]
     err = (w.double() - q).norm(dim=1)
     assert (screen.slack.double() >= err).all()
@@ -121,6 +135,7 @@ def test_the_bounds_hold_and_screen_out_most_rows(tk, small_tiles) -> None:
         assert candidates < V // 10, candidates
 
 
+@GPU_ONLY
 def test_screened_step_decodes_like_the_full_head() -> None:
     """A small model's T = 1 Triton step (`GraphStep`, eager on the CPU) with the screened
     head chains the same tokens as with the full head, 6 steps; its logits are None."""

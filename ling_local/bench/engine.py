@@ -143,8 +143,6 @@ def ours(
     speculative: str = "none",
     cuda_graphs: bool = True,
     kernels: str = "torch",
-    screen_head: bool = True,
-    token_ring: bool = True,
     name: str = "ling-local engine",
     ttft: TTFTPrompts | None = None,
     tpot: bool = True,
@@ -171,8 +169,6 @@ def ours(
                 "cuda_graphs": cuda_graphs,
                 "compile": compile_step,
                 "kernels": kernels,
-                "screen_head": screen_head,
-                "token_ring": token_ring,
                 "speculative": speculative,
                 "num_speculative_tokens": 8,
             },
@@ -246,8 +242,8 @@ async def _ttft(engine: Any, prompts: TTFTPrompts) -> tuple[float, float, dict]:
 def _time_graph_steps(engine: Any, sizes: tuple[int, ...], at: int = 0) -> dict[Any, float]:
     """Replay time of the captured step for T tokens: what one decode (T=1, the full head,
     sampling's) or one speculative verify (T=k+1) costs on this model; "greedy": the
-    greedy decode graph the engine's bursts replay (screened head, token ring, as the
-    profile sets them), back to back from position 0, and "greedy@<at>" from position
+    greedy decode graph the engine's bursts replay (with the Triton kernels: the screened
+    head and the token ring), back to back from position 0, and "greedy@<at>" from position
     `at` (the middle of the bench's decode: its attention reads as much context)."""
     decoder = engine.decoder
     slot = decoder.cache.slots[0]
@@ -311,16 +307,6 @@ _VARIANTS: dict[str, dict[str, Any]] = {
     "graphs": dict(name="ling-local engine"),
     "compiled": dict(compile_step=True, name="ling-local engine, compiled graph step"),
     "triton": dict(kernels="triton", name="ling-local engine, Triton kernels"),
-    "triton-exact-head": dict(
-        kernels="triton",
-        screen_head=False,
-        name="ling-local engine, Triton kernels, full bf16 head",
-    ),
-    "triton-copy": dict(
-        kernels="triton",
-        token_ring=False,
-        name="ling-local engine, Triton kernels, a token copy a step",
-    ),
     "prompt-lookup-triton": dict(
         speculative="prompt_lookup",
         kernels="triton",

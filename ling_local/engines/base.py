@@ -189,6 +189,9 @@ class EngineHealth:
     detail: str = ""
     running: int = 0
     """Generations in progress inside the engine right now."""
+    decode: dict[str, str] | None = None
+    """The embedded engine's decode step once loaded: {"kernels": "triton" | "torch",
+    "why": ...}; None for engines that do not choose one."""
 
 
 @runtime_checkable

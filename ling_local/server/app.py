@@ -104,6 +104,7 @@ def create_app(
             "running": daemon.scheduler.running,
             "queued": daemon.scheduler.queued,
             "engine_running": h.running,
+            "decode": h.decode,
             "version": __version__,
         }
         return JSONResponse(body, status_code=200 if h.state is EngineState.READY else 503)

@@ -5,8 +5,8 @@ speculative verify) at a position held in a device tensor, so consecutive replay
 host input: a decode graph (T = 1) ends by writing its argmax where the next replay reads
 its input and bumping the position (`chains`). Attention runs over the whole static cache
 with a mask, which keeps every shape fixed. One step function is (optionally) compiled per
-T and captured per KV slot. With `engine.kernels = "triton"` the step is
-`triton_kernels.triton_step` instead: the same inputs and outputs, its own kernels
+T and captured per KV slot. With the Triton kernels the step is
+`triton.kernels.triton_step` instead: the same inputs and outputs, its own kernels
 (attention over the live context only, the chaining done by the output head's kernel),
 captured alike.
 """
@@ -64,7 +64,7 @@ def _step(
 
 
 def _triton_step(*args: Any, **kw: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """`_step` through hand-written Triton kernels (`triton_kernels`; imports triton)."""
+    """`_step` through hand-written Triton kernels (`triton.kernels`; imports triton)."""
     from ling_local.engines.embedded.triton.kernels import triton_step
 
     return triton_step(*args, **kw)
@@ -110,13 +110,13 @@ class GraphStep:
     ) -> None:
         """`screen` (Triton kernels, T = 1): the head is the exact int8 screen, which
         gives the argmax and no logits (`self.logits` None): for greedy decoding only.
-        `ring` (Triton kernels, T = 1, greedy: `triton_kernels.lm_head_argmax`): each
-        token goes to ring[position % len(ring)], in mapped pinned host memory on a GPU,
-        so the host reads it with no copy between replays (`self.argmax` is the ring)."""
+        `ring` (with `screen`: `kernels.lm_head_screened`): each token goes to
+        ring[position % len(ring)], in mapped pinned host memory on a GPU, so the host
+        reads it with no copy between replays (`self.argmax` is the ring)."""
         if screen and (kernels != "triton" or t != 1):
             raise ValueError("the screened head is the Triton kernels' T = 1 step")
-        if ring is not None and (kernels != "triton" or t != 1):
-            raise ValueError("the token ring is the Triton kernels' T = 1 step")
+        if ring is not None and not screen:
+            raise ValueError("the token ring is written by the Triton kernels' screened head")
         dev = weights.embed.device
         self.banned = torch.zeros(0, dtype=torch.long, device=dev) if banned is None else banned
         self.t = t

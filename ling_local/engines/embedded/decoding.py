@@ -32,7 +32,7 @@ PREFILL_CHUNK = 512
 EXTEND = 16
 #: Steps the host queues ahead of the token it reads back (GPU graph decode).
 LAG = 2
-#: Tokens in the ring a chaining Triton step writes into host memory (`token_ring`).
+#: Tokens in the ring a greedy Triton decode step writes into host memory.
 RING = 64
 
 
@@ -57,8 +57,6 @@ class Decoder:
         num_speculative: int = 4,
         compile_graphs: bool = False,
         kernels: str = "torch",
-        screen_head: bool = True,
-        token_ring: bool = True,
         banned_token_ids: tuple[int, ...] = (),
         threads: tuple[int, int] | None = None,
         speculative: bool = False,
@@ -79,9 +77,7 @@ class Decoder:
         self.k = num_speculative
         self.compile_graphs = compile_graphs
         self.kernels = kernels
-        """The graph steps' kernels: "torch" or "triton" (`engine.kernels`)."""
-        self.screen_head = screen_head
-        """Greedy Triton decode steps take the head's exact int8 screen (`engine.screen_head`)."""
+        """The graph steps' kernels: "torch" or "triton" (`decode_path`)."""
         self.graphs = isinstance(runner, LlamaRunner) and runner.use_graphs
         self.can_verify = isinstance(runner, LlamaRunner)
         self._ring = None
@@ -89,7 +85,7 @@ class Decoder:
             on_gpu = runner.device.type == "cuda"
             self._host = [torch.empty(1, dtype=torch.long, pin_memory=on_gpu) for _ in range(8)]
             self._events = [torch.cuda.Event() if on_gpu else _NoEvent() for _ in range(8)]
-            if token_ring and kernels == "triton":
+            if kernels == "triton":  # greedy decode steps write their tokens here
                 self._ring = torch.full((RING,), -1, dtype=torch.long, pin_memory=on_gpu)
                 self._ring_view = self._ring.numpy()  # the same memory, cheap to index
 
@@ -238,14 +234,13 @@ class Decoder:
     # ------------------------------------------------------------------ GPU burst
     def _graph(self, slot: Any, t: int, greedy: bool = False) -> Any:
         """The slot's captured T-token step; for a greedy decode (T = 1) with the Triton
-        kernels, the one whose head is the exact int8 screen (`screen_head`) and whose
-        tokens go to the host ring (`token_ring`)."""
+        kernels, the one whose head is the exact int8 screen and whose tokens go to the
+        host ring."""
         from ling_local.engines.embedded.cuda_graphs import GraphStep
 
         decode = greedy and t == 1 and self.kernels == "triton"
-        screen = decode and self.screen_head
         ring = self._ring if decode else None
-        key = (t, screen, ring is not None)
+        key = (t, decode)
         graphs = slot.cache.graphs
         if key not in graphs:
             self.captures += 1
@@ -257,7 +252,7 @@ class Decoder:
                 self.compile_graphs,
                 self.banned,
                 kernels=self.kernels,
-                screen=screen,
+                screen=decode,
                 ring=ring,
             )
         return graphs[key]

@@ -84,9 +84,9 @@ class LlamaWeights:
     head_dim: int
     eps: float
     norms_folded: bool = False
-    """The RMSNorm weights are folded into the next matrices (`triton_setup.fold_norms`)."""
+    """The RMSNorm weights are folded into the next matrices (`triton.setup.fold_norms`)."""
     head_screen: Any = None
-    """The output head's int8 screen for greedy steps (`triton_setup.screen_head`), built
+    """The output head's int8 screen for greedy steps (`triton.setup.screen_head`), built
     on first use."""
 
     @classmethod
@@ -300,6 +300,14 @@ def _quantize(w: LlamaWeights) -> None:
     w.lm_head = RescoredHead(quantize_int8(w.lm_head), w.lm_head)
 
 
+def _int8_fits(w: LlamaWeights) -> bool:
+    """Whether every matmul's reduction length is a multiple of 8: torch's CPU int8 kernel
+    (`_weight_int8pack_mm`, torch 2.13) crashes the process on any other (a segfault,
+    not an error). Models that do not fit run in float."""
+    mats = [m for layer in w.layers for m in (layer.wqkv, layer.wo, layer.w13, layer.w2)]
+    return all(m.shape[1] % 8 == 0 for m in [*mats, w.lm_head])
+
+
 class LlamaRunner:
     """Same interface as HFRunner (new_cache / crop / forward), plus `forward_all` for
     speculative verification and `decode_graph` on CUDA."""
@@ -315,7 +323,12 @@ class LlamaRunner:
         self.device = device
         self.max_len = max_len
         self.weights = LlamaWeights.from_hf(model, max_len)
-        self.quantized = quantize == "int8" and device.type == "cpu" and int8_available()
+        self.quantized = (
+            quantize == "int8"
+            and device.type == "cpu"
+            and int8_available()
+            and _int8_fits(self.weights)
+        )
         if self.quantized:
             _quantize(self.weights)
         self.dtype = self.weights.embed.dtype

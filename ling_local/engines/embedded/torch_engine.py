@@ -30,6 +30,7 @@ from ling_local.engines.base import (
     Priority,
     SamplingParams,
 )
+from ling_local.engines.embedded.decode_path import DecodePath, decode_path
 from ling_local.engines.embedded.decoding import Decoder
 from ling_local.engines.embedded.detok import IncrementalDetokenizer, StopMatcher
 from ling_local.engines.embedded.generation import Generation
@@ -43,6 +44,7 @@ from ling_local.engines.embedded.llama_runner import LlamaRunner, supports
 from ling_local.engines.embedded.prefix_cache import PrefixCache
 from ling_local.engines.embedded.sampling import make_generator
 from ling_local.engines.embedded.speculative import NgramIndex
+from ling_local.engines.embedded.triton.setup import ModelShape
 from ling_local.errors import ConfigError, EngineNotReady
 from ling_local.prompts import PromptBuilder
 from ling_local.tokenization import TextTokenizer, load_tokenizer
@@ -74,6 +76,8 @@ class TorchEngine:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._warmup_request: GenerationRequest | None = None
+        self.decode_path: DecodePath | None = None
+        """The decode step the engine runs and why (known once the model is loaded)."""
 
     @property
     def prefix_cache(self) -> PrefixCache | None:
@@ -108,6 +112,12 @@ class TorchEngine:
         device = resolve_device(settings.device)
         dtype = resolve_dtype(settings.dtype, device)
         model_dir = self.profile.resolve_path(settings.path)
+        if not (model_dir / "config.json").is_file():
+            what = "not found" if not model_dir.exists() else "has no config.json"
+            raise ConfigError(
+                f"model directory {model_dir} {what}: set model.path to a Hugging Face model "
+                "directory (e.g. LING_LOCAL_MODEL__PATH=/models/x)"
+            )
         tok_dir = self.profile.resolve_path(settings.tokenizer_path) or model_dir
         t0 = time.perf_counter()
         self.tokenizer = load_tokenizer(tok_dir, trust_remote_code=settings.trust_remote_code)
@@ -123,13 +133,15 @@ class TorchEngine:
             )
         else:
             self.runner = HFRunner(model, device)
-        if engine.kernels == "triton":
-            _check_triton(self.runner, device)
+        weights = getattr(self.runner, "weights", None)
+        shape = ModelShape.of_weights(weights) if weights is not None else None
+        self.decode_path = decode_path(engine, device, dtype, model.config, shape)
+        log.info("decode step: %s (%s)", self.decode_path.kernels, self.decode_path.why)
+        if self.decode_path.kernels == "triton":
             from ling_local.engines.embedded.triton.setup import fold_norms, screen_head
 
-            fold_norms(self.runner.weights)  # the kernels' form; the prefill runs it too
-            if engine.screen_head:  # built at load: its memory is taken up front
-                screen_head(self.runner.weights)
+            fold_norms(weights)  # the kernels' form; the prefill runs it too
+            screen_head(weights)  # greedy steps' head, built at load: its memory up front
         draft = draft_cache = None
         if engine.speculative in ("draft", "auto") and settings.draft_path:
             draft = self._load_draft(device, dtype)
@@ -141,9 +153,7 @@ class TorchEngine:
             draft_cache=draft_cache,
             num_speculative=engine.num_speculative_tokens,
             compile_graphs=engine.compile,
-            kernels=engine.kernels,
-            screen_head=engine.screen_head,
-            token_ring=engine.token_ring,
+            kernels=self.decode_path.kernels,
             threads=threads,
             banned_token_ids=PromptBuilder(self.profile.prompt, self.tokenizer).banned_token_ids(),
             speculative=engine.speculative != "none",
@@ -214,7 +224,12 @@ class TorchEngine:
 
     def health(self) -> EngineHealth:
         return EngineHealth(
-            self.state, self.kind, self.model_name, self.detail, running=len(self._active)
+            self.state,
+            self.kind,
+            self.model_name,
+            self.detail,
+            running=len(self._active),
+            decode=self.decode_path.as_dict() if self.decode_path else None,
         )
 
     # ----------------------------------------------------------------- tokenizer
@@ -328,20 +343,3 @@ class TorchEngine:
                 gen.loop.call_soon_threadsafe(
                     gen.queue.put_nowait, Delta("", 0, "error", gen.stats, f"engine error: {err}")
                 )
-
-
-def _check_triton(runner: Any, device: torch.device) -> None:
-    """engine.kernels = "triton" is refused at load, with the reason, where it cannot run."""
-    import importlib.util
-
-    if device.type != "cuda":
-        raise ConfigError(f"engine.kernels = 'triton' needs a CUDA device, not {device}")
-    if not isinstance(runner, LlamaRunner):
-        raise ConfigError("engine.kernels = 'triton' needs a Llama-family model (the fast path)")
-    if importlib.util.find_spec("triton") is None:
-        raise ConfigError("engine.kernels = 'triton' needs the triton package")
-    from ling_local.engines.embedded.triton.setup import unsupported_reason
-
-    reason = unsupported_reason(runner.weights)
-    if reason is not None:
-        raise ConfigError(f"engine.kernels = 'triton': {reason}")

@@ -1,42 +1,51 @@
-"""Device helpers every kernel of the Triton decode step shares (`triton_jit` and
-`triton_paired`'s GEMVs, `triton_attn`'s attention): programmatic dependent launch, the L2
-bulk prefetch, the CTA ticket, the counter barrier, rounding to the model dtype, the
-tensor-core product, the GEMV loop's pieces, the QKV epilogue's RoPE rows, rotation and
-q / k / v stores, and the argmax across CTAs (order-preserving keys, one atomic max each,
-the last CTA's decode) that the output head and the screen's pick share.
-Imports triton: import it only when `engine.kernels = "triton"` asks for it.
+"""Device helpers every kernel of the Triton decode step shares (`jit` and `paired`'s GEMVs,
+`attn`'s attention, `screen`'s pick): programmatic dependent launch, the L2 bulk prefetch,
+the CTA ticket, rounding to the model dtype, the tensor-core product, the GEMV loop's pieces,
+the QKV epilogue's RoPE rows, rotation and q / k / v stores, and the argmax across CTAs
+(order-preserving keys, one atomic max each, the last CTA's decode) that the output head and
+the screen's pick share. Imports triton: import it only when the Triton step runs.
 
 Every kernel takes `USE_PDL`: launched with programmatic dependent launch (Hopper and
 later), a kernel starts while its predecessor drains, reads the bytes that do not depend on
-it (its first weight tile) and only then waits (`griddepcontrol.wait`) for the
-predecessor's results. Everything a kernel writes, and every activation it reads, comes
-after that wait. With `L2` a GEMV also asks the L2 for the first part of its weight slice
-before the wait (`_l2_prefetch`): while the previous kernel is latency-bound (attention, a
-small projection) the memory system streams the next kernel's weights instead of idling.
-USE_PDL = 2 lets the next kernel launch at the very start of this one (not after the wait),
-so the kernels after it become resident, and prefetch, earlier."""
+it (its first weight tile) and only then waits (`pdl_wait`) for the predecessor's results.
+Everything a kernel writes, and every activation it reads, comes after that wait. With `L2`
+a paired GEMV or the attention also asks the L2 for part of its bytes before the wait
+(`l2_prefetch`): while the previous kernel is latency-bound the memory system streams the
+next kernel's bytes instead of idling."""
 
 from __future__ import annotations
 
 import triton
 import triton.language as tl
 
+__all__ = [
+    "MIN_KEY",
+    "MIN_KEY32",
+    "accumulate",
+    "argmax_key",
+    "first_tile",
+    "l2_prefetch",
+    "load_x",
+    "mma",
+    "ordered",
+    "pack_key",
+    "pdl_wait",
+    "publish_argmax",
+    "rope_rows",
+    "rotate_store",
+    "rounded",
+    "row_rstd",
+    "ticket",
+    "unordered",
+    "w_tile",
+]
+
 
 @triton.jit
-def _pdl_start(USE_PDL: tl.constexpr):
-    """At a kernel's start: with USE_PDL = 2 let the next kernel launch now (it reads
-    nothing this one writes before its own wait)."""
-    if USE_PDL == 2:
-        tl.extra.cuda.gdc_launch_dependents()
-
-
-@triton.jit
-def _pdl_wait(USE_PDL: tl.constexpr):
-    """Wait for the previous kernel's results; with USE_PDL = 1 then let the next kernel
-    start launching."""
+def pdl_wait(USE_PDL: tl.constexpr):
+    """Wait for the previous kernel's results, then let the next kernel start launching."""
     if USE_PDL:
         tl.extra.cuda.gdc_wait()
-    if USE_PDL == 1:
         tl.extra.cuda.gdc_launch_dependents()
 
 
@@ -47,7 +56,7 @@ _PREFETCH_ASM = tl.constexpr(
 
 
 @triton.jit
-def _l2_prefetch(ptr, nbytes, ON_GPU: tl.constexpr):
+def l2_prefetch(ptr, nbytes, ON_GPU: tl.constexpr):
     """Ask the L2 for `nbytes` (a multiple of 16) from `ptr` (16-byte aligned): Hopper's
     bulk prefetch, issued by thread 0 alone in pieces of 32 KiB. Holds no registers and
     writes nothing; a no-op in Triton's CPU interpreter."""
@@ -66,7 +75,7 @@ def _l2_prefetch(ptr, nbytes, ON_GPU: tl.constexpr):
 
 
 @triton.jit
-def _ticket(count_ptr, ON_GPU: tl.constexpr):
+def ticket(count_ptr, ON_GPU: tl.constexpr):
     """This CTA's place among the CTAs sharing `count_ptr` (0 first), after its own global
     writes are visible to them: CUTLASS's semaphore pattern (barrier, one release/acquire
     atomic). The last CTA to arrive owns the combined result."""
@@ -79,7 +88,7 @@ def _ticket(count_ptr, ON_GPU: tl.constexpr):
 
 
 @triton.jit
-def _round(x, dtype: tl.constexpr):
+def rounded(x, dtype: tl.constexpr):
     """x (fp32) rounded to the model dtype, kept in fp32. For bf16 round-to-nearest-even by
     hand: what the GPU's cvt does, while Triton's CPU interpreter truncates on `.to`."""
     if dtype == tl.bfloat16:
@@ -91,7 +100,7 @@ def _round(x, dtype: tl.constexpr):
 
 
 @triton.jit
-def _mma(a, b, DT: tl.constexpr, ON_GPU: tl.constexpr):
+def mma(a, b, DT: tl.constexpr, ON_GPU: tl.constexpr):
     """a [M, K] @ b [K, N] on the tensor cores, operands in the model dtype, fp32 out.
     Triton's CPU interpreter has no bf16 matmul: there the same products in fp32."""
     if ON_GPU:
@@ -101,7 +110,7 @@ def _mma(a, b, DT: tl.constexpr, ON_GPU: tl.constexpr):
 
 
 @triton.jit
-def _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T: tl.constexpr):
+def row_rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T: tl.constexpr):
     """1 / rms of each token row of x [T, K], read in a pass of its own: the verify's
     (T > 1) tensor-core loops, where summing squares of the dot operands on the way costs
     more than this pass (measured on the H200: the T = 9 step 1.49 -> 2.05 ms)."""
@@ -117,7 +126,7 @@ def _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T: tl.constexpr):
 
 
 @triton.jit
-def _load_x(x_ptr, offs_t, t_mask, offs_k, k_mask, K):
+def load_x(x_ptr, offs_t, t_mask, offs_k, k_mask, K):
     """A [T, BLOCK_K] slice of the input, in fp32."""
     return tl.load(
         x_ptr + offs_t[:, None] * K + offs_k[None, :],
@@ -128,7 +137,7 @@ def _load_x(x_ptr, offs_t, t_mask, offs_k, k_mask, K):
 
 
 @triton.jit
-def _w_tile(rows, offs_k, n_mask, k_end, KEPT: tl.constexpr = False):
+def w_tile(rows, offs_k, n_mask, k_end, KEPT: tl.constexpr = False):
     """A [rows, BLOCK_K] tile of weights, streamed past the cache (read once a step), or
     with KEPT loaded as evict_last, kept in the L2 across steps (`GemvConfig.l2_keep`).
     (A flag, not the policy's name: Triton 3.6 takes no strings into a jit call.)"""
@@ -141,35 +150,35 @@ def _w_tile(rows, offs_k, n_mask, k_end, KEPT: tl.constexpr = False):
 
 
 @triton.jit
-def _first_tile(rows, k_start, n_mask, k_end, pid, keep_ctas, BLOCK_K: tl.constexpr,
-                KEEP: tl.constexpr):  # fmt: skip
+def first_tile(rows, k_start, n_mask, k_end, pid, keep_ctas, BLOCK_K: tl.constexpr,
+               KEEP: tl.constexpr):  # fmt: skip
     """A GEMV's first weight tile, loaded before its PDL wait: evict_last for the CTAs
     whose tiles stay in the L2 (KEEP, pid < keep_ctas), else streamed."""
     offs_k = k_start + tl.arange(0, BLOCK_K)
     if KEEP:
         if pid < keep_ctas:
-            w = _w_tile(rows, offs_k, n_mask, k_end, True)
+            w = w_tile(rows, offs_k, n_mask, k_end, True)
         else:
-            w = _w_tile(rows, offs_k, n_mask, k_end)
+            w = w_tile(rows, offs_k, n_mask, k_end)
     else:
-        w = _w_tile(rows, offs_k, n_mask, k_end)
+        w = w_tile(rows, offs_k, n_mask, k_end)
     return w
 
 
 @triton.jit
-def _accumulate(acc, acc_dot, x, w, USE_DOT: tl.constexpr, DT: tl.constexpr, ON_GPU: tl.constexpr):
+def accumulate(acc, acc_dot, x, w, USE_DOT: tl.constexpr, DT: tl.constexpr, ON_GPU: tl.constexpr):
     """x [T, BLOCK_K] times a weight tile w [BLOCK_N, BLOCK_K] into the running sums: T = 1
     broadcast-and-add into [T, BLOCK_N, BLOCK_K] (reduced once at the end); a verify's
     padded T on the tensor cores into [T, BLOCK_N]."""
     if USE_DOT:
-        acc_dot += _mma(x, tl.trans(w), DT, ON_GPU)
+        acc_dot += mma(x, tl.trans(w), DT, ON_GPU)
     else:
         acc += x[:, None, :] * w.to(tl.float32)[None, :, :]
     return acc, acc_dot
 
 
 @triton.jit
-def _rope_rows(cos_ptr, sin_ptr, c_off, mask, HALF: tl.constexpr):
+def rope_rows(cos_ptr, sin_ptr, c_off, mask, HALF: tl.constexpr):
     """cos and sin at a block's dims (a) and the dims HALF further (b), in fp32."""
     cos_a = tl.load(cos_ptr + c_off, mask=mask, other=0.0).to(tl.float32)
     sin_a = tl.load(sin_ptr + c_off, mask=mask, other=0.0).to(tl.float32)
@@ -179,21 +188,21 @@ def _rope_rows(cos_ptr, sin_ptr, c_off, mask, HALF: tl.constexpr):
 
 
 @triton.jit
-def _rotate_store(
+def rotate_store(
     a, b, head, rope, q_ptr, q_off, q_mask, kc_ptr, vc_ptr, c_rel, c_mask, MAX_LEN,
     N_HEADS: tl.constexpr, N_KV: tl.constexpr, HEAD_DIM: tl.constexpr,
 ):  # fmt: skip
     """A QKV block's outputs for head `head` (q heads, then k, then v), its dims a and the
     dims HEAD_DIM / 2 further b, in fp32 already rounded to the model dtype: q and k heads
-    rotated (x * cos + rotate_half(x) * sin, rounded as PyTorch; `rope` = _rope_rows), q
+    rotated (x * cos + rotate_half(x) * sin, rounded as PyTorch; `rope` = rope_rows), q
     stored at q_off, k or v into its kv head's cache [N_KV, MAX_LEN, HEAD_DIM] at c_rel
     (position * HEAD_DIM + dim)."""
     DT: tl.constexpr = q_ptr.dtype.element_ty
     HALF: tl.constexpr = HEAD_DIM // 2
     if head < N_HEADS + N_KV:
         cos_a, sin_a, cos_b, sin_b = rope
-        ra = _round(_round(a * cos_a, DT) + _round(-b * sin_a, DT), DT)
-        rb = _round(_round(b * cos_b, DT) + _round(a * sin_b, DT), DT)
+        ra = rounded(rounded(a * cos_a, DT) + rounded(-b * sin_a, DT), DT)
+        rb = rounded(rounded(b * cos_b, DT) + rounded(a * sin_b, DT), DT)
         a, b = ra, rb
     if head < N_HEADS:
         tl.store(q_ptr + q_off, a.to(DT), mask=q_mask)
@@ -208,87 +217,42 @@ def _rotate_store(
             tl.store(vc_ptr + c_off + HALF, b.to(DT), mask=c_mask)
 
 
-_SPIN_LIMIT = tl.constexpr(1 << 23)  # acquire loads (~0.5 us each): seconds, then the error flag
-
-# Thread 0 spins until the counter reaches the target (or `limit` loads), then every
-# thread learns nothing but its own result: 1 if thread 0 gave up, else 0.
-_SPIN_ASM = tl.constexpr(
-    "{ .reg .pred p; .reg .u32 t, n; .reg .s32 v; "
-    "mov.u32 $0, 0; mov.u32 t, %tid.x; setp.ne.u32 p, t, 0; @p bra DONE; mov.u32 n, 0; "
-    "SPIN: ld.acquire.gpu.global.b32 v, [$1]; setp.ge.s32 p, v, $2; @p bra DONE; "
-    "add.u32 n, n, 1; setp.lt.u32 p, n, $3; @p bra SPIN; mov.u32 $0, 1; "
-    "DONE: }"
-)
+MIN_KEY = tl.constexpr(-(2**63))
+MIN_KEY32 = tl.constexpr(-(2**31))
 
 
 @triton.jit
-def _grid_sync(bar_ptr, target, err_ptr, limit):
-    """Every CTA's writes so far visible to every CTA: arrive (fence, CTA barrier, one
-    release add) and wait until `target` arrivals. Returns whether this CTA gave up."""
-    tl.inline_asm_elementwise(
-        "fence.acq_rel.gpu; mov.u32 $0, 0;", "=r", [], dtype=tl.int32, is_pure=False, pack=1
-    )
-    tl.debug_barrier()
-    tl.atomic_add(bar_ptr, 1, sem="release", scope="gpu")
-    one = tl.zeros((1,), tl.int32)
-    gave_up = tl.inline_asm_elementwise(
-        _SPIN_ASM,
-        "=r,l,r,r",
-        [bar_ptr + one, target + one, limit + one],
-        dtype=tl.int32,
-        is_pure=False,
-        pack=1,
-    )
-    tl.store(err_ptr + one, gave_up, mask=gave_up != 0)
-    tl.debug_barrier()
-    # the next stage reads what the others wrote through TMA (the async proxy)
-    tl.inline_asm_elementwise(
-        "fence.proxy.async.global; mov.u32 $0, 0;",
-        "=r",
-        [],
-        dtype=tl.int32,
-        is_pure=False,
-        pack=1,
-    )
-    return tl.max(gave_up, axis=0) != 0
-
-
-_MIN_KEY = tl.constexpr(-(2**63))
-_MIN_KEY32 = tl.constexpr(-(2**31))
-
-
-@triton.jit
-def _ordered(f):
+def ordered(f):
     """The int32 whose signed order is the order of the fp32 values f (no NaNs)."""
     bits = f.to(tl.int32, bitcast=True)
     return bits ^ ((bits >> 31) & 0x7FFFFFFF)
 
 
 @triton.jit
-def _unordered(key):
-    """The fp32 value of an `_ordered` key (the map is its own inverse)."""
+def unordered(key):
+    """The fp32 value of an `ordered` key (the map is its own inverse)."""
     return (key ^ ((key >> 31) & 0x7FFFFFFF)).to(tl.float32, bitcast=True)
 
 
 @triton.jit
-def _key(value, index):
+def pack_key(value, index):
     """A 64-bit argmax key: order-preserving bits of the value, then the complement of the
     index, so the largest key is the largest value at its first index (torch.argmax's tie
     rule)."""
-    return (_ordered(value).to(tl.int64) << 32) + (0x7FFFFFFF - index).to(tl.int64)
+    return (ordered(value).to(tl.int64) << 32) + (0x7FFFFFFF - index).to(tl.int64)
 
 
 @triton.jit
-def _argmax_key(y, n_start):
-    """Per token row of y [T, BLOCK] (columns n_start ..): the `_key` of its best column."""
-    return _key(tl.max(y, axis=1), n_start + tl.argmax(y, axis=1))
+def argmax_key(y, n_start):
+    """Per token row of y [T, BLOCK] (columns n_start ..): the `pack_key` of its best column."""
+    return pack_key(tl.max(y, axis=1), n_start + tl.argmax(y, axis=1))
 
 
 @triton.jit
-def _publish_argmax(key, offs_t, t_mask, key_ptr, count_ptr, argmax_ptr, tokens_ptr, pos_ptr,
-                    T, CHAIN: tl.constexpr, ON_GPU: tl.constexpr, RING: tl.constexpr = 0):  # fmt: skip
-    """Global argmax over all CTAs of the launch from each CTA's `_argmax_key`s [T]: one
-    atomic max each (none for a CTA without a candidate, key `_MIN_KEY`); the last CTA
+def publish_argmax(key, offs_t, t_mask, key_ptr, count_ptr, argmax_ptr, tokens_ptr, pos_ptr,
+                   T, CHAIN: tl.constexpr, ON_GPU: tl.constexpr, RING: tl.constexpr = 0):  # fmt: skip
+    """Global argmax over all CTAs of the launch from each CTA's `argmax_key`s [T]: one
+    atomic max each (none for a CTA without a candidate, key `MIN_KEY`); the last CTA
     decodes the keys into argmax [T], resets them and the counter for the next launch, and
     with CHAIN feeds the tokens to the next step itself (tokens = argmax, pos += T):
     consecutive graph replays need no host op. With RING > 0 (CHAIN) argmax is a ring of
@@ -297,15 +261,14 @@ def _publish_argmax(key, offs_t, t_mask, key_ptr, count_ptr, argmax_ptr, tokens_
     the last."""
     if CHAIN:  # read ahead of the ticket: only the last CTA writes pos, after every ticket
         p = tl.load(pos_ptr)
-    tl.atomic_max(key_ptr + offs_t, key, mask=t_mask & (key > _MIN_KEY), sem="relaxed",
-                  scope="gpu")  # fmt: skip
-    last = _ticket(count_ptr, ON_GPU) == tl.num_programs(0) - 1
+    tl.atomic_max(key_ptr + offs_t, key, mask=t_mask & (key > MIN_KEY), sem="relaxed", scope="gpu")
+    last = ticket(count_ptr, ON_GPU) == tl.num_programs(0) - 1
     if last:
         # Read with an atomic that changes nothing (threads holding the same element read
         # the same value), reset after a barrier.
-        final = tl.atomic_max(key_ptr + offs_t, _MIN_KEY, mask=t_mask, sem="acq_rel")
+        final = tl.atomic_max(key_ptr + offs_t, MIN_KEY, mask=t_mask, sem="acq_rel")
         tl.debug_barrier()
-        tl.store(key_ptr + offs_t, _MIN_KEY, mask=t_mask)
+        tl.store(key_ptr + offs_t, MIN_KEY, mask=t_mask)
         low = final - ((final >> 32) << 32)
         token = 0x7FFFFFFF - low
         at = offs_t

@@ -1,8 +1,8 @@
 """The paired GEMV kernel of the GPU decode step (device code only): RMSNorm + a GEMV whose
 CTA owns two row blocks a fixed distance apart, combined in the epilogue: QKV (RoPE, q out,
-k and v into the KV cache) and gate/up (silu(gate) * up). Its launchers are in
-`triton_kernels`; the GEMV loop's pieces it shares with `triton_jit` are in `triton_common`.
-Imports triton: import it only when `engine.kernels = "triton"` asks for it."""
+k and v into the KV cache) and gate/up (silu(gate) * up). Its launchers are in `kernels`;
+the GEMV loop's pieces it shares with `jit` are in `common`. Imports triton: import it only
+when the Triton step runs."""
 
 from __future__ import annotations
 
@@ -10,25 +10,25 @@ import triton
 import triton.language as tl
 
 from ling_local.engines.embedded.triton.common import (
-    _accumulate,
-    _first_tile,
-    _l2_prefetch,
-    _load_x,
-    _pdl_start,
-    _pdl_wait,
-    _rope_rows,
-    _rotate_store,
-    _round,
-    _rstd,
-    _w_tile,
+    accumulate,
+    first_tile,
+    l2_prefetch,
+    load_x,
+    pdl_wait,
+    rope_rows,
+    rotate_store,
+    rounded,
+    row_rstd,
+    w_tile,
 )
+
+__all__ = ["paired_gemv_kernel"]
 
 
 @triton.jit
-def _paired_gemv_kernel(
+def paired_gemv_kernel(
     x_ptr,
     w_ptr,
-    w_desc,
     bias_ptr,
     out_ptr,
     k_cache_ptr,
@@ -36,7 +36,6 @@ def _paired_gemv_kernel(
     cos_ptr,
     sin_ptr,
     pos_ptr,
-    oacc_ptr,
     T,
     K,
     N_OUT,
@@ -45,7 +44,6 @@ def _paired_gemv_kernel(
     l2_bytes,
     ROPE_KV: tl.constexpr,
     HAS_BIAS: tl.constexpr,
-    ADD_ACC: tl.constexpr,
     N_HEADS: tl.constexpr,
     N_KV: tl.constexpr,
     HEAD_DIM: tl.constexpr,
@@ -55,8 +53,6 @@ def _paired_gemv_kernel(
     USE_DOT: tl.constexpr,
     PREFETCH: tl.constexpr,
     L2: tl.constexpr,
-    TMA: tl.constexpr,
-    STAGES: tl.constexpr,
     USE_PDL: tl.constexpr,
     ON_GPU: tl.constexpr,
     keep_ctas=0,
@@ -71,14 +67,11 @@ def _paired_gemv_kernel(
     second; q/k heads are rotated at position pos + t; q goes to out [T, N_HEADS * HEAD_DIM],
     k and v to the caches [N_KV, MAX_LEN, HEAD_DIM] at pos + t.
     L2: the first `l2_bytes` of each of the two row blocks (contiguous) are prefetched to L2
-    before the PDL wait. TMA: both blocks' tiles through `w_desc`, as in `_gemv_kernel`.
-    ADD_ACC (T = 1; gate/up after `_attn_o_kernel`): the input is x + round(oacc), rounded,
-    the residual after the O projection whose fp32 sums are in oacc.
+    before the PDL wait.
     KEEP (register loads): CTAs pid < keep_ctas load their tiles as evict_last, so they stay
     in the L2 from one step to the next (`GemvConfig.l2_keep`).
     """
     DT: tl.constexpr = x_ptr.dtype.element_ty
-    _pdl_start(USE_PDL)
     HALF: tl.constexpr = HEAD_DIM // 2
     pid = tl.program_id(0)
     offs_t = tl.arange(0, BLOCK_T)
@@ -105,11 +98,11 @@ def _paired_gemv_kernel(
             row_bytes = K * (w_ptr.dtype.element_ty.primitive_bitwidth // 8)
             left = (N_OUT - first_a).to(tl.int64) * row_bytes
             nbytes = tl.minimum(l2_bytes, left).to(tl.int32)
-        _l2_prefetch(w_ptr + first_a.to(tl.int64) * K, nbytes, ON_GPU)
-        _l2_prefetch(w_ptr + (first_a + gap).to(tl.int64) * K, nbytes, ON_GPU)
-    if PREFETCH and not TMA:  # the first weight tiles do not depend on the previous kernel
-        wa0 = _first_tile(a_rows, 0, n_mask, K, pid, keep_ctas, BLOCK_K, KEEP)
-        wb0 = _first_tile(b_rows, 0, n_mask, K, pid, keep_ctas, BLOCK_K, KEEP)
+        l2_prefetch(w_ptr + first_a.to(tl.int64) * K, nbytes, ON_GPU)
+        l2_prefetch(w_ptr + (first_a + gap).to(tl.int64) * K, nbytes, ON_GPU)
+    if PREFETCH:  # the first weight tiles do not depend on the previous kernel
+        wa0 = first_tile(a_rows, 0, n_mask, K, pid, keep_ctas, BLOCK_K, KEEP)
+        wb0 = first_tile(b_rows, 0, n_mask, K, pid, keep_ctas, BLOCK_K, KEEP)
     else:
         wa0 = w_ptr  # unused
         wb0 = w_ptr
@@ -128,45 +121,30 @@ def _paired_gemv_kernel(
         rot = inside & ((head + 0 * p)[:, None] < N_HEADS + N_KV)
         c_off = p[:, None] * HEAD_DIM + dim_a[None, :]
         if not USE_DOT:  # a verify loads them after its loop: its registers are busier
-            cos_a, sin_a, cos_b, sin_b = _rope_rows(cos_ptr, sin_ptr, c_off, rot, HALF)
-    _pdl_wait(USE_PDL)
+            cos_a, sin_a, cos_b, sin_b = rope_rows(cos_ptr, sin_ptr, c_off, rot, HALF)
+    pdl_wait(USE_PDL)
     if USE_DOT:
-        rstd = _rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T)
+        rstd = row_rstd(x_ptr, offs_t, t_mask, K, eps, BLOCK_T)
     ss = tl.zeros((BLOCK_T, BLOCK_K), tl.float32)  # T = 1: sum of squares of x, on the way
     acc_a = tl.zeros((BLOCK_T, BLOCK_N, 1 if USE_DOT else BLOCK_K), tl.float32)
     acc_b = tl.zeros((BLOCK_T, BLOCK_N, 1 if USE_DOT else BLOCK_K), tl.float32)
     dot_a = tl.zeros((BLOCK_T, BLOCK_N), tl.float32)
     dot_b = tl.zeros((BLOCK_T, BLOCK_N), tl.float32)
-    if TMA:
-        for k0 in tl.range(0, K, BLOCK_K, num_stages=STAGES):
-            offs_k = k0 + tl.arange(0, BLOCK_K)
-            x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < K, K)
-            if ADD_ACC:
-                o_sum = _load_x(oacc_ptr, offs_t, t_mask, offs_k, offs_k < K, K)
-                x = _round(x + _round(o_sum, DT), DT)
-            wa = w_desc.load([first_a, k0])
-            wb = w_desc.load([first_a + gap, k0])
-            acc_a, dot_a = _accumulate(acc_a, dot_a, x, wa, USE_DOT, DT, ON_GPU)
-            acc_b, dot_b = _accumulate(acc_b, dot_b, x, wb, USE_DOT, DT, ON_GPU)
-            if not USE_DOT:
-                ss += x * x
-    elif KEEP:  # the first keep_ctas CTAs' tiles stay in the L2 across steps
+    if KEEP:  # the first keep_ctas CTAs' tiles stay in the L2 across steps
         if pid < keep_ctas:
             acc_a, acc_b, dot_a, dot_b, ss = _paired_loop(
-                wa0, wb0, a_rows, b_rows, x_ptr, oacc_ptr, offs_t, t_mask, n_mask, K, acc_a,
-                acc_b, dot_a, dot_b, ss, BLOCK_K, ADD_ACC, USE_DOT, PREFETCH, DT, ON_GPU,
-                True,
+                wa0, wb0, a_rows, b_rows, x_ptr, offs_t, t_mask, n_mask, K, acc_a, acc_b,
+                dot_a, dot_b, ss, BLOCK_K, USE_DOT, PREFETCH, DT, ON_GPU, True,
             )  # fmt: skip
         else:
             acc_a, acc_b, dot_a, dot_b, ss = _paired_loop(
-                wa0, wb0, a_rows, b_rows, x_ptr, oacc_ptr, offs_t, t_mask, n_mask, K, acc_a,
-                acc_b, dot_a, dot_b, ss, BLOCK_K, ADD_ACC, USE_DOT, PREFETCH, DT, ON_GPU,
-                False,
+                wa0, wb0, a_rows, b_rows, x_ptr, offs_t, t_mask, n_mask, K, acc_a, acc_b,
+                dot_a, dot_b, ss, BLOCK_K, USE_DOT, PREFETCH, DT, ON_GPU, False,
             )  # fmt: skip
     else:
         acc_a, acc_b, dot_a, dot_b, ss = _paired_loop(
-            wa0, wb0, a_rows, b_rows, x_ptr, oacc_ptr, offs_t, t_mask, n_mask, K, acc_a, acc_b,
-            dot_a, dot_b, ss, BLOCK_K, ADD_ACC, USE_DOT, PREFETCH, DT, ON_GPU, False,
+            wa0, wb0, a_rows, b_rows, x_ptr, offs_t, t_mask, n_mask, K, acc_a, acc_b, dot_a,
+            dot_b, ss, BLOCK_K, USE_DOT, PREFETCH, DT, ON_GPU, False,
         )  # fmt: skip
     if USE_DOT:
         a = dot_a
@@ -181,49 +159,46 @@ def _paired_gemv_kernel(
     if HAS_BIAS:
         a += bias_a
         b += bias_b
-    a = _round(a, DT)
-    b = _round(b, DT)
+    a = rounded(a, DT)
+    b = rounded(b, DT)
     if ROPE_KV:
         if USE_DOT:  # masked off for v heads: no reads there
-            cos_a, sin_a, cos_b, sin_b = _rope_rows(cos_ptr, sin_ptr, c_off, rot, HALF)
+            cos_a, sin_a, cos_b, sin_b = rope_rows(cos_ptr, sin_ptr, c_off, rot, HALF)
         q_off = offs_t[:, None] * (N_HEADS * HEAD_DIM) + rows_a[None, :]
-        _rotate_store(
+        rotate_store(
             a, b, head, (cos_a, sin_a, cos_b, sin_b), out_ptr, q_off, m2, k_cache_ptr,
             v_cache_ptr, p[:, None] * HEAD_DIM + dim_a[None, :], inside, MAX_LEN, N_HEADS,
             N_KV, HEAD_DIM,
         )  # fmt: skip
     else:
-        gate = _round(a / (1.0 + tl.exp(-a)), DT)
-        y = _round(gate * b, DT).to(DT)
+        gate = rounded(a / (1.0 + tl.exp(-a)), DT)
+        y = rounded(gate * b, DT).to(DT)
         tl.store(out_ptr + offs_t[:, None] * N_OUT + rows_a[None, :], y, mask=m2)
 
 
 @triton.jit
 def _paired_loop(
-    wa, wb, a_rows, b_rows, x_ptr, oacc_ptr, offs_t, t_mask, n_mask, K, acc_a, acc_b, dot_a,
-    dot_b, ss, BLOCK_K: tl.constexpr, ADD_ACC: tl.constexpr, USE_DOT: tl.constexpr,
-    PREFETCH: tl.constexpr, DT: tl.constexpr, ON_GPU: tl.constexpr, KEPT: tl.constexpr,
+    wa, wb, a_rows, b_rows, x_ptr, offs_t, t_mask, n_mask, K, acc_a, acc_b, dot_a, dot_b, ss,
+    BLOCK_K: tl.constexpr, USE_DOT: tl.constexpr, PREFETCH: tl.constexpr, DT: tl.constexpr,
+    ON_GPU: tl.constexpr, KEPT: tl.constexpr,
 ):  # fmt: skip
-    """`_paired_gemv_kernel`'s loop over K with register loads of both row blocks' tiles
+    """`paired_gemv_kernel`'s loop over K with register loads of both row blocks' tiles
     (evict_last if KEPT, else evict_first), from the first tiles wa, wb (PREFETCH): the
     running sums of both blocks and the sum of squares of x. KEPT is a constexpr (a cache
     hint is fixed at compile time), hence the two calls in the kernel's KEEP branch."""
     for k0 in range(0, K, BLOCK_K):
         offs_k = k0 + tl.arange(0, BLOCK_K)
-        x = _load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < K, K)
-        if ADD_ACC:
-            o_sum = _load_x(oacc_ptr, offs_t, t_mask, offs_k, offs_k < K, K)
-            x = _round(x + _round(o_sum, DT), DT)
-        if PREFETCH:  # as in _gemv_kernel
-            wa_next = _w_tile(a_rows, offs_k + BLOCK_K, n_mask, K, KEPT)
-            wb_next = _w_tile(b_rows, offs_k + BLOCK_K, n_mask, K, KEPT)
+        x = load_x(x_ptr, offs_t, t_mask, offs_k, offs_k < K, K)
+        if PREFETCH:  # as in gemv_kernel
+            wa_next = w_tile(a_rows, offs_k + BLOCK_K, n_mask, K, KEPT)
+            wb_next = w_tile(b_rows, offs_k + BLOCK_K, n_mask, K, KEPT)
             tile_a = wa
             tile_b = wb
         else:
-            tile_a = _w_tile(a_rows, offs_k, n_mask, K, KEPT)
-            tile_b = _w_tile(b_rows, offs_k, n_mask, K, KEPT)
-        acc_a, dot_a = _accumulate(acc_a, dot_a, x, tile_a, USE_DOT, DT, ON_GPU)
-        acc_b, dot_b = _accumulate(acc_b, dot_b, x, tile_b, USE_DOT, DT, ON_GPU)
+            tile_a = w_tile(a_rows, offs_k, n_mask, K, KEPT)
+            tile_b = w_tile(b_rows, offs_k, n_mask, K, KEPT)
+        acc_a, dot_a = accumulate(acc_a, dot_a, x, tile_a, USE_DOT, DT, ON_GPU)
+        acc_b, dot_b = accumulate(acc_b, dot_b, x, tile_b, USE_DOT, DT, ON_GPU)
         if not USE_DOT:
             ss += x * x
         if PREFETCH:

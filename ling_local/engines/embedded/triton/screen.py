@@ -3,30 +3,30 @@ an int8 copy of the head and one bf16 row per possible winner, not the whole bf1
 
 The head is most of a small model's bytes per token (Llama-3.2-1B: 525 of 2,471 MB), and a
 greedy step needs only its argmax. The int8 copy (per-row absmax scales, built once by
-`triton_setup.screen_head`) halves what the head reads. Each row n also keeps `slack`, an
+`setup.screen_head`) halves what the head reads. Each row n also keeps `slack`, an
 upper bound on what its quantisation can move a logit per unit of input norm: the rounding
 error's norm ||w_n - scale_n q_n|| plus an allowance for fp32 summation (the worst case of a
 K-term dot product, twice), so by Cauchy-Schwarz |logit_n - screened_n| <= ||x|| slack_n
 for the normalised input x, whatever x is. Two launches:
 
-1. `_gemv_kernel` with SCREEN streams the int8 rows (stored + 128 as uint8, turned into
-   fp32 by byte permutes, `_u8_as_f32`); its epilogue (`_screen_epilogue`) stores each
+1. `jit.gemv_kernel` with SCREEN streams the int8 rows (stored + 128 as uint8, turned into
+   fp32 by byte permutes, `u8_as_f32`); its epilogue (`screen_epilogue`) stores each
    row's upper bound and folds the largest lower bound L into one int32 key.
-2. `_pick_kernel`: each of about 64 CTAs reads its slice of the upper bounds; a row whose
+2. `pick_kernel`: each of about 64 CTAs reads its slice of the upper bounds; a row whose
    upper bound cannot reach L, less two bf16 rounding steps, cannot be the argmax of the
    rounded logits, and is skipped. The few rows left (3 for random weights, measured) get
    their exact logit from their bf16 row, rounded as the exact head rounds, and the argmax
    over them, first index on ties, is the exact head's argmax
-   (`triton_common._publish_argmax` takes it across CTAs and chains the next step, as the
+   (`common.publish_argmax` takes it across CTAs and chains the next step, as the
    exact head's epilogue does).
 
 Nothing is approximate in the result: a row the screen cannot rule out is recomputed, so a
 flat distribution only makes the pick slower. Why 8 bits and not fewer: the bound holds for
 every x, so it grows with the rounding step, and on the bench's model shape
-(`scripts/screen_bits.py`, docs/bench/screen_bits_cpu.json) the rows it cannot rule out go
+(docs/bench/screen_bits_cpu.json, measured by a script since deleted) the rows it cannot rule out go
 from 17 (median; 71 at most) at 8 bits to ~10,000 at 6 and all 128,256 at 4, even with a
 scale per 32 columns. The logits themselves are not produced:
-sampling uses the exact head. Shared helpers are in `triton_common`."""
+sampling uses the exact head. Shared helpers are in `common`."""
 
 from __future__ import annotations
 
@@ -34,16 +34,17 @@ import triton
 import triton.language as tl
 
 from ling_local.engines.embedded.triton.common import (
-    _MIN_KEY,
-    _MIN_KEY32,
-    _key,
-    _ordered,
-    _pdl_start,
-    _pdl_wait,
-    _publish_argmax,
-    _round,
-    _unordered,
+    MIN_KEY,
+    MIN_KEY32,
+    ordered,
+    pack_key,
+    pdl_wait,
+    publish_argmax,
+    rounded,
+    unordered,
 )
+
+__all__ = ["pick_kernel", "screen_epilogue", "u8_as_f32"]
 
 _BOUND_GROWTH = tl.constexpr(1.0 + 2.0**-10)  # the bound's own fp32 rounding, generously
 _VALUE_SLACK = tl.constexpr(2.0**-20)  # rstd, scale and the sum's last roundings, relative
@@ -64,7 +65,7 @@ _U8_ASM = tl.constexpr(
 
 
 @triton.jit
-def _u8_as_f32(w, ON_GPU: tl.constexpr):
+def u8_as_f32(w, ON_GPU: tl.constexpr):
     """The screen's weight tile (uint8, the int8 value + 128) as its int8 values in fp32."""
     if ON_GPU:
         return tl.inline_asm_elementwise(
@@ -75,7 +76,7 @@ def _u8_as_f32(w, ON_GPU: tl.constexpr):
 
 
 @triton.jit
-def _screen_epilogue(
+def screen_epilogue(
     y, ss, K, eps, offs_n, n_mask, banned, scale, slack, upper_ptr, low_ptr
 ):  # fmt: skip
     """The screen's bounds from y [1, BLOCK_N] = sum_k x[k] q[n, k] and ss [1] = sum_k x[k]^2
@@ -89,7 +90,7 @@ def _screen_epilogue(
     up = tl.where(ok, value + bound, float("-inf"))
     low = tl.max(tl.where(ok, value - bound, float("-inf")), axis=1)
     tl.store(upper_ptr + offs_n[None, :], up, mask=n_mask[None, :])
-    tl.atomic_max(low_ptr + tl.arange(0, 1), _ordered(low), sem="relaxed", scope="gpu")
+    tl.atomic_max(low_ptr + tl.arange(0, 1), ordered(low), sem="relaxed", scope="gpu")
 
 
 @triton.jit
@@ -102,7 +103,7 @@ def _candidates(upper_ptr, rows, N, low):
 
 
 @triton.jit
-def _pick_kernel(
+def pick_kernel(
     x_ptr, w_ptr, upper_ptr, low_ptr, key_ptr, count_ptr, argmax_ptr, tokens_ptr, pos_ptr,
     N, K, eps,
     BLOCK_S: tl.constexpr, BLOCK_K: tl.constexpr,
@@ -114,14 +115,13 @@ def _pick_kernel(
     slices: their tickets, which all arrive at once, are what the pick's time is made of.
     The last CTA also resets the screen's lower-bound key for the next launch."""
     DT: tl.constexpr = w_ptr.dtype.element_ty
-    _pdl_start(USE_PDL)
-    _pdl_wait(USE_PDL)
+    pdl_wait(USE_PDL)
     offs_t = tl.arange(0, 1)
-    low = tl.max(_unordered(tl.load(low_ptr + offs_t, cache_modifier=".cg")), axis=0)
+    low = tl.max(unordered(tl.load(low_ptr + offs_t, cache_modifier=".cg")), axis=0)
     rows = tl.program_id(0) * BLOCK_S + tl.arange(0, BLOCK_S)
     cand = _candidates(upper_ptr, rows, N, low)
     left = tl.sum(cand.to(tl.int32), axis=0)
-    best = tl.full((1,), _MIN_KEY, tl.int64)
+    best = tl.full((1,), MIN_KEY, tl.int64)
     if left > 0:
         offs_k = tl.arange(0, BLOCK_K)
         k_mask = offs_k < K
@@ -130,13 +130,13 @@ def _pick_kernel(
         while left > 0:
             row = tl.min(tl.where(cand, rows, 2**31 - 1), axis=0)
             w = tl.load(w_ptr + row.to(tl.int64) * K + offs_k, mask=k_mask, other=0.0)
-            y = _round(tl.sum(w.to(tl.float32) * x, axis=0) * rstd, DT)
-            best = tl.maximum(best, _key(y, row))
+            y = rounded(tl.sum(w.to(tl.float32) * x, axis=0) * rstd, DT)
+            best = tl.maximum(best, pack_key(y, row))
             cand = cand & (rows != row)
             left -= 1
-    last = _publish_argmax(
+    last = publish_argmax(
         best, offs_t, offs_t < 1, key_ptr, count_ptr, argmax_ptr, tokens_ptr, pos_ptr, 1, CHAIN,
         ON_GPU, RING,
     )  # fmt: skip
     if last:
-        tl.store(low_ptr + offs_t, tl.full((1,), _MIN_KEY32, tl.int32))
+        tl.store(low_ptr + offs_t, tl.full((1,), MIN_KEY32, tl.int32))

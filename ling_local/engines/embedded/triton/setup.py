@@ -1,7 +1,7 @@
 """The Triton decode step's settings: block sizes per kernel (`CONFIGS` for T = 1,
-`VERIFY_CONFIGS` for a verify's T > 1, `ATTN`), programmatic dependent launch on or off, the
-JSON override the sweep script writes (`LING_LOCAL_TRITON_CONFIGS`), what a model needs for
-these kernels, and the norm folding they expect. Imports no triton."""
+`VERIFY_CONFIGS` for a verify's T > 1, `ATTN`), the JSON override the sweep script writes
+(`LING_LOCAL_TRITON_CONFIGS`), what a model needs for these kernels, the norm folding they
+expect and the output head's int8 screen. Imports no triton."""
 
 from __future__ import annotations
 
@@ -15,13 +15,10 @@ import torch
 __all__ = [
     "ATTN",
     "CONFIGS",
-    "PERSISTENT",
-    "SETTINGS",
-    "SHIPPED",
     "VERIFY_CONFIGS",
     "AttnConfig",
     "GemvConfig",
-    "PersistentConfig",
+    "ModelShape",
     "ScreenHead",
     "apply_config",
     "fold_norms",
@@ -40,21 +37,20 @@ class GemvConfig:
     """Output rows per CTA (for the paired kernels: per half, so a CTA reads 2 * block_n)."""
     block_k: int
     """Reduction elements per loop iteration (8 bf16 = one 16-byte load per thread-row)."""
-    split_k: int = 1
-    """CTAs sharing one row block's K range (fp32 partials + one reduce kernel)."""
     num_warps: int = 4
     prefetch: bool = True
-    """Load the next weight tile while multiplying this one (and the first before the PDL
-    wait); False: a plain loop left to Triton's pipelining (`num_stages`)."""
+    """Register loads: load the next weight tile while multiplying this one (and the first
+    before the PDL wait); False: a plain loop left to Triton's pipelining (`num_stages`)."""
     num_stages: int = 3
     tma: bool = False
-    """T = 1: weight tiles through a TMA tensor descriptor into `num_stages` shared-memory
-    buffers kept in flight by Triton's pipeliner (Hopper; block_k <= 256), instead of
-    register loads; `prefetch` is then unused."""
+    """The plain GEMV at T = 1 (the output head and its screen): weight tiles through a TMA
+    tensor descriptor into `num_stages` shared-memory buffers kept in flight by Triton's
+    pipeliner (Hopper; block_k <= 256), instead of register loads; `prefetch` is then
+    unused."""
     l2_prefetch: float = 0.0
-    """Fraction of the CTA's weight slice asked of the L2 (a bulk prefetch, Hopper) before
-    the PDL wait, so the weights stream while the previous kernel runs (0: none)."""
-
+    """The paired GEMV (QKV, gate/up): fraction of each of the CTA's two row blocks asked of
+    the L2 (a bulk prefetch, Hopper) before the PDL wait, so the weights stream while the
+    previous kernel runs (0: none)."""
     l2_keep: float = 0.0
     """T = 1, register loads: fraction of the launch's CTAs (the first ones) whose weight
     tiles load as evict_last, so they stay in the L2 from one step to the next and are not
@@ -68,86 +64,22 @@ class GemvConfig:
 
 @dataclass(frozen=True, slots=True)
 class AttnConfig:
+    """Flash-decoding over the live context. At T = 1 the last CTA of each kv head combines
+    the splits and the kv head's query group goes to the tensor cores padded to 16 rows; a
+    verify (T > 1) combines them in a second launch (all its rows' splits would not fit one
+    CTA's registers)."""
+
     splits: int = 16
     """Flash-decoding splits per kv head, over the live context."""
     block_l: int = 32
-    """Cache positions per loop iteration at T = 1 (halved as the query rows grow)."""
+    """Cache positions per loop iteration at T = 1 (at least 16: a tensor-core tile)."""
     num_warps: int = 4
-    fused_reduce: bool = True
-    """The last CTA of a kv head combines its splits (one launch instead of two)."""
-    tensor_cores: bool = True
-    """T = 1: the kv head's query group (4 rows) padded to 16 and multiplied on the tensor
-    cores, as a verify does, instead of broadcast-and-sum on the CUDA cores (whose
-    cross-thread reductions are the partial's critical path). Measured on the H200 in the
-    layer chain (docs/bench/attn_ablation_h200_run2.json): 46.0 us a layer against 49.3."""
-    l2_prefetch: bool = True
-    """Prefetch the split's older keys and values past the first tile to L2 before the
-    PDL wait. On: with the tensor-core path, the step took 0.8041 ms against 0.8063 off
-    (`--tune-step --space attn`, H200, 2026-12-02, docs/bench/attn_tune_h200_run1.json)."""
-    fuse_o: bool = False
-    """T = 1: the O projection in the attention's launch (`_attn_o_kernel`: every split
-    CTA combines its kv head's splits after a counter barrier and adds its slice of the
-    projection into fp32 sums the next kernels fold into the residual): one launch and one
-    round trip less a layer. Off: measured on the H200 (docs/bench/fuse_ab_h200_run1.json)
-    it takes 0.914-0.919 ms a step against 0.911-0.912 for the attention and O kernels
-    (the barrier and every CTA's combine cost what the O launch did, as PDL already hid
-    most of it), and its fp32 atomic sums make the rounding order vary run to run."""
-
-
-@dataclass(slots=True)
-class PersistentConfig:
-    """The persistent layers kernel (`triton_persistent`, T = 1): tiles of each GEMV stage
-    (rows per tile `*_n`, TMA box width `*_k`, shared-memory buffers in flight `*_stages`),
-    the attention's splits, and the fraction of a CTA's next-stage weights asked of the L2
-    while it waits at a barrier.
-
-    Off by default: measured on the H200 (1B shape, docs/bench/persistent_*), its best
-    config takes 1.07 ms a step against the per-layer kernels' 0.90. Its barriers are cheap
-    (1.0-1.25 us each, profiled), but with one CTA per SM its stages stream slower than the
-    per-layer kernels with several CTAs per SM, and its attention (~10 us a layer) has no
-    predecessor to hide behind."""
-
-    enabled: bool = False
-    ctas: int = 0
-    """CTAs of the launch (at most one per SM: the barriers need them all resident);
-    0: one per SM."""
-    num_warps: int = 4
-    """4: the kernel 921.5 us a step against 949.75 with 8 (persistent_profile_h200_run3),
-    though ptxas spills 52 bytes at these tiles with 4 (none with 8)."""
-    # The best of the H200 tune and profiles (docs/bench/persistent_profile_h200_run{2,3}.json).
-    qkv_n: int = 8
-    qkv_k: int = 256
-    qkv_stages: int = 4
-    o_n: int = 16
-    o_k: int = 256
-    o_stages: int = 4
-    gu_n: int = 64
-    gu_k: int = 128
-    gu_stages: int = 6
-    dn_n: int = 16
-    dn_k: int = 256
-    dn_stages: int = 6
-    splits: int = 16
-    block_l: int = 16
-    l2_qkv: float = 0.0
-    l2_o: float = 1.0
-    l2_gate_up: float = 0.0
-    l2_down: float = 0.0
 
     def __post_init__(self) -> None:
-        for name in ("l2_qkv", "l2_o", "l2_gate_up", "l2_down"):
-            if not 0.0 <= getattr(self, name) <= 1.0:
-                raise ValueError(f"{name} {getattr(self, name)} is not a fraction in [0, 1]")
-
-    def update(self, **changes) -> None:
-        """Change fields in place (checked as a new config would be); unknown ones refused."""
-        checked = replace(self, **changes)
-        for name in changes:
-            setattr(self, name, getattr(checked, name))
-
-
-PERSISTENT = PersistentConfig()
-"""Shared by reference: `update` it, never rebind it."""
+        if self.block_l < 16 or self.block_l & (self.block_l - 1):
+            raise ValueError(f"block_l {self.block_l} is not a power of two >= 16")
+        if self.splits < 1:
+            raise ValueError(f"splits {self.splits} is not at least 1")
 
 
 # The best of the sweeps on the H200 for Llama-3.2-1B (H 2048, I 8192, 32/8 heads of 64,
@@ -170,14 +102,13 @@ CONFIGS: dict[str, GemvConfig] = {
     "down": GemvConfig(block_n=4, block_k=1024, num_warps=8, l2_keep=0.02),
     # 128256 rows -> 4008 CTAs; TMA (docs/bench/kernel_sweep_tma_h200_run1.json: 126 us,
     # 4.16 TB/s, vs 144 us with register loads; the step 0.943 -> 0.928 ms in
-    # docs/bench/kernel_sweep_final_h200_run1.json). The other kernels kept register loads:
-    # with TMA they were faster alone but slower inside the PDL-overlapped step.
+    # docs/bench/kernel_sweep_final_h200_run1.json).
     "lm_head": GemvConfig(block_n=32, block_k=128, num_warps=2, num_stages=3, tma=True),
-    # The greedy head's int8 screen (`triton_screen`), 4008 CTAs of 32 rows through TMA
+    # The greedy head's int8 screen (`screen.py`), 4008 CTAs of 32 rows through TMA
     # (docs/bench/screen_tune_h200_run{2,3}.json).
     "lm_screen": GemvConfig(block_n=32, block_k=128, num_warps=2, num_stages=4, tma=True),
 }
-ATTN = {"attn": AttnConfig(splits=32, block_l=32, num_warps=4, fused_reduce=True)}
+ATTN = {"attn": AttnConfig(splits=32, block_l=32, num_warps=4)}
 VERIFY_CONFIGS: dict[str, GemvConfig] = {
     "qkv": GemvConfig(block_n=32, block_k=256, prefetch=False, num_stages=4),
     "gate_up": GemvConfig(block_n=32, block_k=256),
@@ -213,7 +144,7 @@ def fold_norms(w) -> None:
 
 @dataclass(frozen=True, slots=True)
 class ScreenHead:
-    """The output head's int8 screen (`triton_screen`): q [V, K], the int8 values + 128 as
+    """The output head's int8 screen (`screen.py`): q [V, K], the int8 values + 128 as
     uint8 (what the kernel's byte permutes take), with per-row scales (w ~ scale * (q -
     128)), and per row `slack` >= ||w - scale * (q - 128)|| + (4K + 64) 2^-24 ||w||, the
     most the quantisation and fp32 summation (twice the worst case of a K-term fp32 dot
@@ -261,37 +192,22 @@ _STACKED = ("wqkv", "wo", "w13", "w2")
 
 def stack_layers(w) -> None:
     """Put each kind of layer matrix (wqkv, wo, w13, w2) in one [layers, N, K] allocation,
-    the layers' tensors views of it: the persistent kernel reads a kind through one TMA
-    descriptor. The per-layer kernels and the torch steps see the same tensors."""
+    the layers' tensors views of it. Kept because every shipped block size and L2 fraction
+    was tuned and measured with this layout (it was made for a persistent kernel, since
+    deleted; the per-layer kernels without it were not measured again). The torch steps
+    see the same tensors."""
     for name in _STACKED:
         whole = torch.stack([getattr(layer, name) for layer in w.layers])
         for i, layer in enumerate(w.layers):
             setattr(layer, name, whole[i])
 
 
-@dataclass(slots=True)
-class Settings:
-    pdl: bool = os.environ.get("LING_LOCAL_TRITON_PDL", "1") != "0"
-    """Programmatic dependent launch where the GPU has it (compute capability >= 9)."""
-    early_trigger: bool = False
-    """With PDL, let each kernel's successor launch at the kernel's start rather than after
-    its wait: successors become resident (and prefetch) one kernel earlier."""
-
-
-SETTINGS = Settings()
-
-
 def load_configs(path: str | os.PathLike) -> None:
-    """Take block sizes (and `pdl`) from a JSON file of the sweep script's form
-    ({"qkv": {"block_n": 8, ...}, "attn": {...}, "pdl": true, "early_trigger": false,
-    "persistent": {"enabled": true, ...}}); unknown names refused."""
+    """Take block sizes from a JSON file of the sweep script's form
+    ({"qkv": {"block_n": 8, ...}, "attn": {...}, "verify:qkv": {...}}); unknown names
+    refused."""
     for name, fields in json.loads(Path(path).read_text()).items():
-        if name in ("pdl", "early_trigger"):
-            setattr(SETTINGS, name, bool(fields))
-        elif name == "persistent":
-            PERSISTENT.update(**fields)
-        else:
-            apply_config(name, fields)
+        apply_config(name, fields)
 
 
 def apply_config(name: str, fields: dict) -> None:
@@ -307,21 +223,47 @@ def apply_config(name: str, fields: dict) -> None:
         raise ValueError(f"unknown kernel {name!r}")
 
 
-SHIPPED = dict(CONFIGS)
-"""`CONFIGS` as shipped, before any override (the sweep compares against it)."""
-
 if os.environ.get("LING_LOCAL_TRITON_CONFIGS"):
     load_configs(os.environ["LING_LOCAL_TRITON_CONFIGS"])
 
 
-def unsupported_reason(w) -> str | None:
-    """Why these kernels cannot run this model's weights, or None when they can."""
-    if any(layer.q_norm is not None for layer in w.layers):
+@dataclass(frozen=True, slots=True)
+class ModelShape:
+    """What the kernels need to know of a model to say whether they can run it."""
+
+    head_dim: int
+    n_heads: int
+    n_kv_heads: int
+    qk_norm: bool
+    """Per-head q/k RMSNorm (Qwen3)."""
+    dtype: torch.dtype
+
+    @classmethod
+    def of_weights(cls, w) -> ModelShape:
+        """The shape of loaded `LlamaWeights`."""
+        qk_norm = any(layer.q_norm is not None for layer in w.layers)
+        return cls(w.head_dim, w.n_heads, w.n_kv_heads, qk_norm, w.embed.dtype)
+
+    @classmethod
+    def of_config(cls, config, dtype: torch.dtype) -> ModelShape:
+        """The shape a Hugging Face config describes, loaded in `dtype`."""
+        heads = config.num_attention_heads
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        kv = getattr(config, "num_key_value_heads", None) or heads
+        return cls(head_dim, heads, kv, config.model_type == "qwen3", dtype)
+
+
+def unsupported_reason(shape: ModelShape) -> str | None:
+    """Why these kernels cannot run a model of this shape, or None when they can."""
+    if shape.qk_norm:
         return "per-head q/k norms (Qwen3) are not implemented in the Triton kernels"
-    d = w.head_dim
+    if shape.dtype != torch.bfloat16:
+        name = str(shape.dtype).removeprefix("torch.")
+        return f"the Triton kernels are built and tested for bfloat16 weights, not {name}"
+    d = shape.head_dim
     if d & (d - 1) or d < 16:
         return f"head_dim {d} is not a power of two >= 16"
-    if w.n_heads % w.n_kv_heads:
+    if shape.n_heads % shape.n_kv_heads:
         return "query heads are not a multiple of kv heads"
     if (d // 2) % CONFIGS["qkv"].block_n:
         return f"head_dim/2 = {d // 2} is not a multiple of CONFIGS['qkv'].block_n"
@@ -329,14 +271,13 @@ def unsupported_reason(w) -> str | None:
 
 
 def set_config(name: str, **changes) -> None:
-    """Change one kernel's block sizes (the sweep script's variants); "verify:<name>" for
-    the T > 1 tiles; "persistent" for the persistent kernel's."""
-    if name == "persistent":
-        PERSISTENT.update(**changes)
-    elif name in ATTN:
+    """Change fields of one kernel's block sizes (the sweep script's variants): "attn", a
+    `CONFIGS` name, or "verify:<name>" for the T > 1 tiles; unknown names refused."""
+    if name in ATTN:
         ATTN[name] = replace(ATTN[name], **changes)
-    elif name.startswith("verify:"):
-        key = name.split(":", 1)[1]
-        VERIFY_CONFIGS[key] = replace(VERIFY_CONFIGS[key], **changes)
-    else:
+    elif name in CONFIGS:
         CONFIGS[name] = replace(CONFIGS[name], **changes)
+    elif name.startswith("verify:") and name[7:] in VERIFY_CONFIGS:
+        VERIFY_CONFIGS[name[7:]] = replace(VERIFY_CONFIGS[name[7:]], **changes)
+    else:
+        raise ValueError(f"unknown kernel {name!r}")
