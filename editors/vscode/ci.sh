@@ -13,7 +13,9 @@ TOOLS=${LING_LOCAL_E2E_TOOLS:-${XDG_CACHE_HOME:-${HOME:-/tmp}/.cache}/ling-local
 step() { printf '== %s (%ds)\n' "$1" "$SECONDS"; }
 
 step "apt: chromium, and the headers code-server's native modules build against"
-if ! command -v chromium g++ make >/dev/null || [ ! -e /usr/include/gssapi/gssapi.h ]; then
+missing=0
+for tool in chromium g++ make; do command -v "$tool" >/dev/null || missing=1; done
+if [ "$missing" = 1 ] || [ ! -e /usr/include/gssapi/gssapi.h ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium libkrb5-dev g++ make >/dev/null
 fi
