@@ -31,7 +31,7 @@ from ling_local.engines.base import (
     SamplingParams,
 )
 from ling_local.engines.embedded.decode_path import DecodePath, decode_path
-from ling_local.engines.embedded.decoding import Decoder
+from ling_local.engines.embedded.decoding import EXTEND, Decoder
 from ling_local.engines.embedded.detok import IncrementalDetokenizer, StopMatcher
 from ling_local.engines.embedded.generation import Generation
 from ling_local.engines.embedded.hf_runner import (
@@ -196,10 +196,15 @@ class TorchEngine:
         await asyncio.to_thread(warm)
         if self.profile.prompt.token_healing:  # the healing index: ~0.4 s for a 150k vocab
             await asyncio.to_thread(self.tokenizer.tokens_starting_with, "def")
+        # Longer than the graph step's extension, so the worker thread runs an eager prefill
+        # itself: cuBLAS handles and workspaces are per thread, and the buckets above ran on
+        # another thread (on the H200 the first cold request after ready paid ~50 ms for it).
+        ids = self.tokenizer.encode("def main():\n") or [0]
+        ids = (ids * (2 * EXTEND // len(ids) + 1))[: 2 * EXTEND]
         for temperature in (0.0, 0.7):
             request = GenerationRequest(
                 prompt="",
-                prompt_ids=self.tokenizer.encode("def main():\n") or [0],  # never empty
+                prompt_ids=ids,
                 priority=Priority.AGENT,
                 sampling=SamplingParams(max_tokens=4, temperature=temperature, seed=0),
                 request_id="warmup",
