@@ -11,11 +11,12 @@ other architecture runs through transformers' own forward (`hf_runner`).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import itertools
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import torch
@@ -31,7 +32,7 @@ from ling_local.engines.base import (
     SamplingParams,
 )
 from ling_local.engines.embedded.decode_path import DecodePath, decode_path
-from ling_local.engines.embedded.decoding import EXTEND, Decoder
+from ling_local.engines.embedded.decoding import Decoder
 from ling_local.engines.embedded.detok import IncrementalDetokenizer, StopMatcher
 from ling_local.engines.embedded.generation import Generation
 from ling_local.engines.embedded.hf_runner import (
@@ -76,6 +77,7 @@ class TorchEngine:
         self._thread: threading.Thread | None = None
         self._stopping = False
         self._warmup_request: GenerationRequest | None = None
+        self._jobs: list[Callable[[], None]] = []
         self.decode_path: DecodePath | None = None
         """The decode step the engine runs and why (known once the model is loaded)."""
 
@@ -189,22 +191,32 @@ class TorchEngine:
         assert self.decoder is not None and self.tokenizer is not None
         decoder = self.decoder
 
-        def warm() -> None:
-            with torch.inference_mode():
-                decoder.warm_up()
+        # On the worker thread itself: cuBLAS / cuDNN handles and the plans they cache are
+        # per thread, so shapes warmed on another thread were new again to the worker (the
+        # first cold 2,000-token request after ready took ~65 ms on the H200, the next 13).
+        done: concurrent.futures.Future[None] = concurrent.futures.Future()
 
-        await asyncio.to_thread(warm)
+        def warm() -> None:
+            try:
+                if self._stopping:
+                    raise EngineNotReady("the engine stopped during its warm-up")
+                with torch.inference_mode():
+                    decoder.warm_up()
+            except BaseException as err:
+                done.set_exception(err)
+            else:
+                done.set_result(None)
+
+        with self._cond:
+            self._jobs.append(warm)
+            self._cond.notify_all()
+        await asyncio.wrap_future(done)
         if self.profile.prompt.token_healing:  # the healing index: ~0.4 s for a 150k vocab
             await asyncio.to_thread(self.tokenizer.tokens_starting_with, "def")
-        # Longer than the graph step's extension, so the worker thread runs an eager prefill
-        # itself: cuBLAS handles and workspaces are per thread, and the buckets above ran on
-        # another thread (on the H200 the first cold request after ready paid ~50 ms for it).
-        ids = self.tokenizer.encode("def main():\n") or [0]
-        ids = (ids * (2 * EXTEND // len(ids) + 1))[: 2 * EXTEND]
         for temperature in (0.0, 0.7):
             request = GenerationRequest(
                 prompt="",
-                prompt_ids=ids,
+                prompt_ids=self.tokenizer.encode("def main():\n") or [0],  # never empty
                 priority=Priority.AGENT,
                 sampling=SamplingParams(max_tokens=4, temperature=temperature, seed=0),
                 request_id="warmup",
@@ -310,10 +322,15 @@ class TorchEngine:
         torch.set_grad_enabled(False)
         while True:
             with self._cond:
-                while not self._active and not self._stopping:
+                while not self._active and not self._jobs and not self._stopping:
                     self._cond.wait()
-                if self._stopping and not self._active:
-                    return
+                stopping = self._stopping and not self._active
+                jobs, self._jobs = self._jobs, []
+            for job in jobs:  # the warm-up, run here so its per-thread state is the worker's
+                job()  # (when stopping it ends at once, so whoever awaits it is not left hanging)
+            if stopping:
+                return
+            with self._cond:
                 for gen in [g for g in self._active if g.request.cancelled]:
                     self._end(gen, "cancelled")
                 if not self._active:
