@@ -14,6 +14,7 @@ import torch
 
 from ling_local.engines.base import Delta, FinishReason, GenerationRequest, GenerationStats
 from ling_local.engines.embedded.detok import IncrementalDetokenizer, StopMatcher
+from ling_local.engines.embedded.grammar import Constraint
 from ling_local.engines.embedded.prefix_cache import Slot
 from ling_local.engines.embedded.speculative import NgramIndex
 
@@ -37,6 +38,9 @@ class Generation:
     history: NgramIndex | None = None
     """Prompt + output so far, indexed for prompt-lookup proposals (greedy only)."""
     speculate: bool = False
+    constraint: Constraint | None = None
+    """The grammar of a `response_format` request: masks every token, ends the generation
+    when the JSON value is complete."""
     slot: Slot | None = None
     draft_slot: Slot | None = None
     next_token: int | None = None
@@ -100,6 +104,9 @@ class Generation:
         text, hit = self.stopper.feed(self._visible(self.detok.push((token,))))
         if hit:
             self.pending_text, self.at_stop_string = text, True
+            return "stop"
+        if self.constraint is not None and self.constraint.finished:
+            self.pending_text = text
             return "stop"
         if self.n_generated >= self.max_tokens:
             self.pending_text = text
