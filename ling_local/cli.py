@@ -9,10 +9,24 @@ import sys
 from typing import Annotated
 
 import typer
+import typer.core
 
 from ling_local.agents.cli import chain_app
 from ling_local.bench.commands import bench_overhead, bench_serve
 from ling_local.errors import LingLocalError
+
+_option_type = typer.core.TyperOption.display_type_rich
+
+
+def _flag_without_type(self: typer.core.TyperOption, ctx: typer.Context) -> str | None:
+    """typer 0.29's rich help labels every flag `<bool>` (`--help <bool>`), as if it took a
+    value; click's plain help shows flags bare, and so does this."""
+    if self.is_flag and not self.count:
+        return None
+    return _option_type(self, ctx)
+
+
+typer.core.TyperOption.display_type_rich = _flag_without_type  # type: ignore[method-assign]
 
 app = typer.Typer(
     name="ling-local",
@@ -87,19 +101,18 @@ def serve(
 @app.command()
 def profiles() -> None:
     """List the profiles --profile accepts."""
-    from rich.console import Console
-    from rich.table import Table
-
     from ling_local.config import list_profiles, load_profile
+    from ling_local.tables import Col, print_table
 
-    table = Table("name", "engine", "model", "description", "file")
+    rows = []
     for name, file in list_profiles().items():
         try:
             p = load_profile(str(file))
-            table.add_row(name, p.engine.kind, p.model.path, p.description, str(file))
+            rows.append([name, p.engine.kind, p.model.path, p.description, str(file)])
         except LingLocalError as err:
-            table.add_row(name, "[red]invalid[/]", "", err.message, str(file))
-    Console().print(table)
+            rows.append([name, "[red]invalid[/]", "", err.message, str(file)])
+    columns = [Col("name", identifier=True), Col("engine"), Col("model")]
+    print_table([*columns, Col("description"), Col("file", optional=True)], rows)
 
 
 @app.command()
