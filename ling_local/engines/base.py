@@ -86,7 +86,8 @@ class GenerationRequest:
     priority: Priority = Priority.CHAT
     request_id: str = field(default_factory=new_request_id)
     json_schema: dict | None = None
-    """Constrained decoding where the engine supports it (SGLang); others ignore it."""
+    """`response_format` as a JSON schema: the embedded engine and SGLang constrain decoding
+    to it (a grammar); a remote server gets it as OpenAI's `response_format`."""
     messages: list[dict[str, str]] | None = None
     """The chat messages, for engines that apply the chat template themselves (remote)."""
     fim: tuple[str, str] | None = None
