@@ -125,6 +125,26 @@ async def test_schemas_the_grammar_cannot_take_are_refused(engine: TorchEngine) 
     assert err.value.param == "response_format"
 
 
+@engine_loop
+async def test_the_gpu_unpacking_bans_the_same_tokens(engine: TorchEngine) -> None:
+    """On a GPU the bitmask is unpacked on the device with torch ops (the CPU uses numpy):
+    the same ops run here on CPU tensors and must ban exactly the same tokens."""
+    import torch
+
+    engine.check_json_schema(SCHEMA)  # waits for the grammar's vocabulary
+    grammars = engine.grammars
+    cpu, device_path = (grammars.constraint(SCHEMA, torch.device("cpu")) for _ in range(2))
+    device_path._device_bits = torch.empty_like(device_path._bits)  # the GPU branch
+    vocab = grammars.vocab_size
+    for token_text in ('{"name": "', "load", '", "kind": "'):
+        logits = torch.randn(vocab)
+        a, b = cpu.mask(logits.clone()), device_path.mask(logits.clone())
+        assert torch.equal(a.isinf(), b.isinf()) and 0 < int((~a.isinf()).sum()) < vocab
+        for token in engine.tokenize(token_text):
+            cpu.accept(token)
+            device_path.accept(token)
+
+
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def speculating_engine(model_dir: Path, draft_dir: Path, tmp_path_factory):
     """Prompt lookup and the draft both on: a greedy request would speculate."""
