@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["as_markdown", "looks_like_code"]
+__all__ = ["as_markdown"]
 
 _FENCE = re.compile(r"^ {0,3}(`{3,}|~{3,})")
 # Lines that start code: statements and definitions, assignments, calls.
@@ -40,7 +40,7 @@ _SENTENCE = re.compile(r"^[^=(){}\[\]]*\s\w[^=(){}\[\]]*[.!?]$")
 _COMMENT = re.compile(r"^\s*#\s")
 
 
-def looks_like_code(line: str) -> bool:
+def _looks_like_code(line: str) -> bool:
     """Whether a line alone reads as code (a statement, an assignment, a call)."""
     if _MARKDOWN.match(line) or _SENTENCE.match(line.strip()):
         return False
@@ -51,7 +51,7 @@ def _continues_code(line: str) -> bool:
     """Whether a line belongs to the code above it."""
     return (
         line[:1] in (" ", "\t")
-        or looks_like_code(line)
+        or _looks_like_code(line)
         or bool(_CLOSER.match(line) or _NEUTRAL.match(line))
     )
 
@@ -94,18 +94,15 @@ def as_markdown(text: str, *, partial: bool = False) -> str:
                 continue
             close_run()
         # A comment starts the code it sits on (else Markdown makes it a heading).
-        comment = _COMMENT.match(line) and i + 1 < len(lines) and looks_like_code(lines[i + 1])
-        if comment or looks_like_code(line):
+        comment = _COMMENT.match(line) and i + 1 < len(lines) and _looks_like_code(lines[i + 1])
+        if comment or _looks_like_code(line):
             run.append(line)
         else:
             out.append(line)
-    if tail is not None:
-        if fence or run:  # the block the text ends in stays open
-            if run:
-                out.extend(["```python", *run, *[""] * pending_blank])
-            out.append(tail)
-            return "\n".join(out)
+    if tail is None:
+        close_run()
+    else:
+        if run:  # the code block the text ends in stays open
+            out.extend(["```python", *run, *[""] * pending_blank])
         out.append(tail)
-        return "\n".join(out)
-    close_run()
     return "\n".join(out)

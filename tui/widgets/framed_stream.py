@@ -32,11 +32,6 @@ class FramedStream:
         self._drawn = 0.0
         self._stopped = False
 
-    @property
-    def text(self) -> str:
-        """Everything written so far."""
-        return self._text + "".join(self._pending)
-
     async def write(self, text: str) -> None:
         """Take `text`; draw what is pending when a frame has passed (awaits only then)."""
         self._pending.append(text)

@@ -92,9 +92,11 @@ class Constraint:
         self.matcher = matcher
         self._vocab = vocab_size
         words = (vocab_size + 31) // 32
-        on_gpu = device.type == "cuda"
-        self._bits = torch.zeros(words, dtype=torch.int32, pin_memory=on_gpu)
-        self._device_bits = torch.empty(words, dtype=torch.int32, device=device) if on_gpu else None
+        on_device = device.type != "cpu"
+        self._bits = torch.zeros(words, dtype=torch.int32, pin_memory=device.type == "cuda")
+        self._device_bits = (
+            torch.empty(words, dtype=torch.int32, device=device) if on_device else None
+        )
         self._shifts = torch.arange(32, dtype=torch.int32, device=device)
         self.finished = False
         """The value is complete: nothing but the end of the generation may follow."""
@@ -110,7 +112,7 @@ class Constraint:
                 ~bits.numpy().view(np.uint8), count=self._vocab, bitorder="little"
             )
             np.copyto(flat.numpy(), -np.inf, where=banned.view(np.bool_))
-        else:  # GPU: the words go over, the bits are unpacked there
+        else:  # a GPU: the words go over, the bits are unpacked there
             self._device_bits.copy_(bits, non_blocking=True)
             allowed = (self._device_bits.view(-1, 1) >> self._shifts) & 1
             flat.masked_fill_(allowed.view(-1)[: self._vocab] == 0, float("-inf"))
