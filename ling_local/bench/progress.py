@@ -10,7 +10,7 @@ import sys
 import time
 from typing import Any, TextIO
 
-__all__ = ["PlainProgress", "progress"]
+__all__ = ["PlainProgress", "progress", "status"]
 
 
 def progress(enabled: bool = True, *, transient: bool = True) -> Any:
@@ -22,6 +22,28 @@ def progress(enabled: bool = True, *, transient: bool = True) -> Any:
     if enabled and not console.is_terminal:
         return PlainProgress(sys.stderr)
     return Progress(console=console, transient=transient, disable=not enabled)
+
+
+def status(console: Any, message: str) -> Any:
+    """`console.status(message)` (a spinner whose `update` changes the message) on a
+    terminal; elsewhere each message is a line on stderr."""
+    return console.status(message) if console.is_terminal else _PlainStatus(message)
+
+
+class _PlainStatus:
+    def __init__(self, message: str) -> None:
+        self._t0 = time.monotonic()
+        self.update(message)
+
+    def __enter__(self) -> _PlainStatus:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        pass
+
+    def update(self, message: str) -> None:
+        sys.stderr.write(f"{message} ({time.monotonic() - self._t0:.0f} s)\n")
+        sys.stderr.flush()
 
 
 class PlainProgress:
