@@ -218,6 +218,29 @@ def bench_keystroke(
     typer.echo(json.dumps(result, indent=1))
 
 
+@bench_app.command("structured")
+def bench_structured(
+    profile: ProfileOpt = "tiny",
+    rounds: Annotated[int, typer.Option(help="constrained + free generations")] = 8,
+    max_tokens: Annotated[int, typer.Option(help="tokens per generation at most")] = 160,
+    temperature: Annotated[float, typer.Option(help="sampling temperature")] = 0.8,
+    check: Annotated[
+        bool, typer.Option("--check", help="Exit 1 unless the grammar stays under 10 %.")
+    ] = False,
+) -> None:
+    """response_format on the embedded engine: the grammar's time per token (masks and
+    advances) against the decode step, in the same run (target: under 10 %)."""
+    import json
+
+    from ling_local.bench.structured import structured_cost
+
+    result = structured_cost(profile, rounds, max_tokens, temperature)
+    typer.echo(json.dumps(result, indent=1))
+    share = result["share_of_step"]
+    if check and (share is None or share >= result["target"]):
+        raise typer.Exit(1)
+
+
 @bench_app.command("edit")
 def bench_edit(
     profile: ProfileOpt = "tiny",

@@ -90,6 +90,7 @@ async def test_greedy_answer_validates_against_a_nested_schema(engine: TorchEngi
     jsonschema.validate(json.loads(text), SCHEMA)
     # the generation ends where the value ends, not at max_tokens
     assert last.finish_reason == "stop" and last.stats.completion_tokens < MAX_TOKENS
+    assert last.stats.grammar_s > 0  # the grammar's time is reported (`ling.grammar_ms`)
 
 
 @engine_loop
@@ -112,7 +113,9 @@ async def test_json_object_is_any_json_object(engine: TorchEngine) -> None:
 @engine_loop
 async def test_unconstrained_request_is_unchanged(engine: TorchEngine) -> None:
     plain = GenerationRequest(prompt=PROMPT, sampling=SamplingParams(max_tokens=8))
-    first = "".join([d.text async for d in engine.stream(plain)])
+    deltas = [d async for d in engine.stream(plain)]
+    first = "".join(d.text for d in deltas)
+    assert deltas[-1].stats.grammar_s is None
     await _generate(engine, SCHEMA)  # a constrained request in between leaves nothing behind
     again = GenerationRequest(prompt=PROMPT, sampling=SamplingParams(max_tokens=8))
     assert "".join([d.text async for d in engine.stream(again)]) == first

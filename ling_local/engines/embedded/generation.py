@@ -136,6 +136,8 @@ class Generation:
             stats.ttft_s = self.t_first - self.t_start
             if self.n_generated > 1:
                 stats.tpot_s = (self.t_last - self.t_first) / (self.n_generated - 1)
+        if self.constraint is not None:
+            stats.grammar_s = self.constraint.seconds
         if self.speculate and self.decode_steps:
             stats.verify_steps = self.decode_steps
             stats.accept_length = round((self.n_generated - 1) / self.decode_steps, 3)

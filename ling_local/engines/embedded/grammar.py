@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Any
@@ -86,7 +87,7 @@ class Constraint:
     """One generation's matcher: `mask(logits)` before a token is chosen, `accept(token)`
     after. Runs on the engine's worker thread."""
 
-    __slots__ = ("_bits", "_device_bits", "_shifts", "_vocab", "finished", "matcher")
+    __slots__ = ("_bits", "_device_bits", "_shifts", "_vocab", "finished", "matcher", "seconds")
 
     def __init__(self, matcher: Any, vocab_size: int, device: torch.device) -> None:
         self.matcher = matcher
@@ -100,10 +101,13 @@ class Constraint:
         self._shifts = torch.arange(32, dtype=torch.int32, device=device)
         self.finished = False
         """The value is complete: nothing but the end of the generation may follow."""
+        self.seconds = 0.0
+        """Time spent here (masks and advances): what the grammar costs the generation."""
 
     def mask(self, logits: torch.Tensor) -> torch.Tensor:
         """Set the logits of tokens the grammar does not allow next to -inf (in place);
         logits is [vocab] or [1, vocab]."""
+        t0 = time.perf_counter()
         bits = self._bits
         self.matcher.unsafe_compute_mask_ptr(bits.data_ptr(), bits.numel() * 4)
         flat = logits.view(-1)[: self._vocab]
@@ -116,10 +120,13 @@ class Constraint:
             self._device_bits.copy_(bits, non_blocking=True)
             allowed = (self._device_bits.view(-1, 1) >> self._shifts) & 1
             flat.masked_fill_(allowed.view(-1)[: self._vocab] == 0, float("-inf"))
+        self.seconds += time.perf_counter() - t0
         return logits
 
     def accept(self, token: int) -> None:
         """Advance past the chosen token (one the mask allowed)."""
+        t0 = time.perf_counter()
         if not self.matcher.consume_token(token):
             raise RuntimeError(f"the grammar refused token {token}: {self.matcher.get_error()}")
         self.finished = self.matcher.is_stopped()
+        self.seconds += time.perf_counter() - t0
