@@ -3,12 +3,12 @@
     python examples/structured_extraction.py path/to/file.py          # a code model (tiny)
     python examples/structured_extraction.py path/to/file.py --chat   # a chat model (Ling-flash)
 
-The schema is a pydantic model. It goes to the daemon as OpenAI ``response_format``, so an
-engine with constrained decoding (SGLang) can only write valid JSON; with the embedded
-engine the answer is parsed leniently and, when it does not validate, the model is asked
-again with the validation error (at most ``max_reasks`` times). A code model is best asked
-to *continue a literal*: the prompt ends inside a JSON object (``prefill``) and a stop
-string ends the answer where the value ends.
+The schema is a pydantic model. It goes to the daemon as OpenAI ``response_format``, and
+the daemon's engine (the embedded one as well as SGLang) constrains decoding to it: even the
+small embedded model can only write a JSON object of that shape. What the schema cannot
+say is still checked: an answer that does not validate (cut off by ``max_tokens``, say) is
+asked again with the validation error, at most ``max_reasks`` times. A code model is best
+asked to *continue code*: the prompt ends where a Python variable's value starts.
 """
 
 from __future__ import annotations
@@ -24,8 +24,10 @@ from ling_local.errors import StructuredOutputError
 
 
 class FunctionInfo(BaseModel):
-    name: str = Field(description="the name of the file's main function")
-    arguments: list[str] = Field(default_factory=list, description="its parameter names")
+    name: str = Field(max_length=40, description="the name of the file's main function")
+    arguments: list[str] = Field(
+        default_factory=list, max_length=8, description="its parameter names"
+    )
 
 
 def steps(chat: bool, max_tokens: int) -> list[Prompt]:
@@ -44,7 +46,6 @@ def steps(chat: bool, max_tokens: int) -> list[Prompt]:
             "source = '''\n{{ source }}'''\n\n# The main function of `source` as a JSON record:\n"
             "info = ",
             mode="complete",
-            prefill='{"name": "',
             stop=["\n"],
             schema=FunctionInfo,
             max_tokens=max_tokens,

@@ -9,10 +9,24 @@ import sys
 from typing import Annotated
 
 import typer
+import typer.core
 
 from ling_local.agents.cli import chain_app
 from ling_local.bench.commands import bench_overhead, bench_serve
 from ling_local.errors import LingLocalError
+
+_option_type = typer.core.TyperOption.display_type_rich
+
+
+def _flag_without_type(self: typer.core.TyperOption, ctx: typer.Context) -> str | None:
+    """typer 0.29's rich help labels every flag `<bool>` (`--help <bool>`), as if it took a
+    value; click's plain help shows flags bare, and so does this."""
+    if self.is_flag and not self.count:
+        return None
+    return _option_type(self, ctx)
+
+
+typer.core.TyperOption.display_type_rich = _flag_without_type  # type: ignore[method-assign]
 
 app = typer.Typer(
     name="ling-local",
@@ -87,19 +101,18 @@ def serve(
 @app.command()
 def profiles() -> None:
     """List the profiles --profile accepts."""
-    from rich.console import Console
-    from rich.table import Table
-
     from ling_local.config import list_profiles, load_profile
+    from ling_local.tables import Col, print_table
 
-    table = Table("name", "engine", "model", "description", "file")
+    rows = []
     for name, file in list_profiles().items():
         try:
             p = load_profile(str(file))
-            table.add_row(name, p.engine.kind, p.model.path, p.description, str(file))
+            rows.append([name, p.engine.kind, p.model.path, p.description, str(file)])
         except LingLocalError as err:
-            table.add_row(name, "[red]invalid[/]", "", err.message, str(file))
-    Console().print(table)
+            rows.append([name, "[red]invalid[/]", "", err.message, str(file)])
+    columns = [Col("name", identifier=True), Col("engine"), Col("model")]
+    print_table([*columns, Col("description"), Col("file", optional=True)], rows)
 
 
 @app.command()
@@ -203,6 +216,29 @@ def bench_keystroke(
         save=save,
     )
     typer.echo(json.dumps(result, indent=1))
+
+
+@bench_app.command("structured")
+def bench_structured(
+    profile: ProfileOpt = "tiny",
+    rounds: Annotated[int, typer.Option(help="constrained + free generations")] = 8,
+    max_tokens: Annotated[int, typer.Option(help="tokens per generation at most")] = 160,
+    temperature: Annotated[float, typer.Option(help="sampling temperature")] = 0.8,
+    check: Annotated[
+        bool, typer.Option("--check", help="Exit 1 unless the grammar stays under 10 %.")
+    ] = False,
+) -> None:
+    """response_format on the embedded engine: the grammar's time per token (masks and
+    advances) against the decode step, in the same run (target: under 10 %)."""
+    import json
+
+    from ling_local.bench.structured import structured_cost
+
+    result = structured_cost(profile, rounds, max_tokens, temperature)
+    typer.echo(json.dumps(result, indent=1))
+    share = result["share_of_step"]
+    if check and (share is None or share >= result["target"]):
+        raise typer.Exit(1)
 
 
 @bench_app.command("edit")

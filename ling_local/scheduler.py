@@ -109,6 +109,14 @@ class Scheduler:
                     await _quietly(self.engine.abort(request))
             self._release(ticket)
 
+    def cancel_all(self, reason: str) -> int:
+        """Cancel every queued and running request in the engine (the daemon is stopping);
+        their streams end with finish_reason 'cancelled'. Returns how many there were."""
+        tickets = [*self._running, *self._queue]
+        for ticket in tickets:
+            self._cancel(ticket, reason)
+        return len(tickets)
+
     # ------------------------------------------------------------------ internals
     def _enqueue(self, request: GenerationRequest, key: str | None) -> _Ticket:
         ticket = _Ticket(request, key, next(self._seq), time.perf_counter())

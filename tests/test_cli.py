@@ -8,10 +8,11 @@ import sys
 from tests.support import REPO, DaemonProcess, child_env
 
 
-def _run(home, *args: str) -> subprocess.CompletedProcess:
+def _run(home, *args: str, columns: int | None = None) -> subprocess.CompletedProcess:
+    env = child_env(home) if columns is None else child_env(home, COLUMNS=str(columns))
     return subprocess.run(
         [sys.executable, "-m", "ling_local", *args],
-        env=child_env(home),
+        env=env,
         cwd=REPO,
         capture_output=True,
         text=True,
@@ -23,6 +24,42 @@ def test_profiles_lists_the_shipped_profiles(tmp_path) -> None:
     out = _run(tmp_path, "profiles")
     assert out.returncode == 0, out.stderr
     assert "tiny" in out.stdout
+
+
+def test_profile_names_are_never_cut_at_80_columns(tmp_path) -> None:
+    from ling_local.config import list_profiles
+
+    out = _run(tmp_path, "profiles", columns=80)
+    assert out.returncode == 0, out.stderr
+    assert max(len(line) for line in out.stdout.splitlines()) <= 80
+    cells = {c.strip() for line in out.stdout.splitlines() for c in line.split("│")}
+    for name in list_profiles():
+        assert name in cells, f"{name} is not shown whole:\n{out.stdout}"
+    assert "…" not in out.stdout
+
+
+def test_run_ids_are_never_cut_at_80_columns(tmp_path, monkeypatch) -> None:
+    from ling_local.agents.runlog import RunLog, new_run_id
+
+    monkeypatch.setenv("LING_LOCAL_HOME", str(tmp_path))  # the run log the CLI reads
+    ids = [new_run_id() for _ in range(3)]
+    with RunLog() as log:
+        for i, run_id in enumerate(ids):
+            log.create(run_id, "review-and-fix-every-module-of-the-project-" * (i + 1), ["a"], {})
+    out = _run(tmp_path, "chain", "list", columns=80)
+    assert out.returncode == 0, out.stderr
+    assert max(len(line) for line in out.stdout.splitlines()) <= 80
+    cells = {c.strip() for line in out.stdout.splitlines() for c in line.split("│")}
+    assert set(ids) <= cells, out.stdout
+
+
+def test_help_shows_flags_as_flags(tmp_path) -> None:
+    for args in (("--help",), ("serve", "--help"), ("chain", "list", "--help")):
+        out = _run(tmp_path, *args, columns=80)
+        assert out.returncode == 0, out.stderr
+        assert "--help" in out.stdout and "<bool>" not in out.stdout, out.stdout
+    serve = _run(tmp_path, "serve", "--help", columns=80).stdout
+    assert "<int>" in serve  # options that take a value still say what kind
 
 
 def test_serve_with_unknown_profile_fails_cleanly(tmp_path) -> None:

@@ -192,15 +192,14 @@ def list_command(
     limit: Annotated[int, typer.Option(help="How many recent runs.")] = 20,
 ) -> None:
     """Recent runs, newest first."""
-    from rich.console import Console
-    from rich.table import Table
-
     from ling_local.agents.runlog import RunLog
+    from ling_local.tables import Col, print_table
 
     with RunLog() as log:
         runs = log.runs(limit)
-    table = Table("run", "chain", "status", "steps", "started")
+    rows = []
     for r in runs:
         when = datetime.fromtimestamp(r.created).strftime("%Y-%m-%d %H:%M:%S")
-        table.add_row(r.run_id, r.chain, r.status, str(len(r.step_names)), when)
-    Console().print(table)
+        rows.append([r.run_id, r.chain, r.status, str(len(r.step_names)), when])
+    columns = [Col("run", identifier=True), Col("chain"), Col("status"), Col("steps")]
+    print_table([*columns, Col("started", optional=True)], rows)

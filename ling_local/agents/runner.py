@@ -220,7 +220,7 @@ async def _prompt_step(
         if schema is None:
             return answer, attempt
         try:
-            return schema.check(answer, step.prefill), attempt
+            return schema.check(answer), attempt
         except Invalid as err:
             errors.append(str(err))
         if attempt > step.max_reasks:

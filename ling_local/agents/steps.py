@@ -89,7 +89,8 @@ class Prompt:
     """A pydantic model (or type) or a JSON-schema dict: the output is parsed and validated."""
     prefill: str = ""
     """The start of the answer, put at the end of the prompt (complete mode): e.g.
-    ``{"name": "`` makes a code model continue a JSON literal."""
+    ``def `` makes a code model write a function. Not with `schema`: the daemon constrains
+    the whole answer to the schema, from its first token."""
     max_tokens: int = 256
     temperature: float | None = None
     """None: the daemon's default."""
@@ -119,6 +120,12 @@ class Prompt:
             raise ChainDefinitionError(
                 f"step {self.name!r}: prefill needs mode='complete' (a chat answer cannot be "
                 "started for the model)"
+            )
+        if self.prefill and self.schema is not None:
+            raise ChainDefinitionError(
+                f"step {self.name!r}: prefill cannot be combined with schema (the engine "
+                "constrains the whole answer to the schema; end the prompt where the value "
+                "starts instead)"
             )
         self._template, names = _compile(self.name, "prompt", self.template)
         self._system = None

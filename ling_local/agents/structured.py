@@ -1,10 +1,12 @@
 """Structured output: a step's answer parsed as JSON and validated against a schema.
 
 The schema is a pydantic model (or any type pydantic can validate, e.g. ``list[int]``) or a
-JSON-schema dict. It is sent as OpenAI ``response_format`` with every request, so engines
-with constrained decoding (SGLang) can only produce valid JSON; engines without it (the
-embedded one) are helped by a lenient parser and, on failure, a bounded re-ask that shows
-the model its validation error.
+JSON-schema dict. It is sent as OpenAI ``response_format`` with every request, so the
+daemon's engines (embedded and SGLang) constrain decoding to it and can only write JSON of
+that shape. What a grammar cannot promise is still checked here: a value cut off by
+``max_tokens``, a validator the JSON schema does not express, a remote server that ignores
+``response_format``. A lenient parser reads the answer and, when it does not validate, a
+bounded re-ask shows the model its validation error.
 
 The parser accepts what models really write: JSON wrapped in prose or a ``json`` code
 fence, a Python literal (``{'a': True}``) from a code model, and an answer cut off at a stop
@@ -21,7 +23,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-__all__ = ["Invalid", "Schema", "close_partial", "parse_answer"]
+__all__ = ["Invalid", "Schema", "close_partial", "parse_answer", "strict_schema"]
 
 _FENCE = re.compile(r"```(?:json|python|py)?\s*\n(.*?)(?:```|$)", re.DOTALL)
 
@@ -49,10 +51,17 @@ class Schema:
         return cls(adapter.json_schema(), name, adapter)
 
     def response_format(self) -> dict[str, Any]:
+        """OpenAI's strict ``json_schema`` format: objects take no keys besides their
+        properties (a pydantic model's schema leaves that open, and a model under a grammar
+        then invents keys)."""
         name = re.sub(r"[^A-Za-z0-9_-]", "_", self.name)[:64] or "answer"
         return {
             "type": "json_schema",
-            "json_schema": {"name": name, "schema": self.json_schema, "strict": True},
+            "json_schema": {
+                "name": name,
+                "schema": strict_schema(self.json_schema),
+                "strict": True,
+            },
         }
 
     def instruction(self) -> str:
@@ -74,9 +83,9 @@ class Schema:
             raise Invalid("; ".join(_jsonschema_message(e) for e in errors[:5]))
         return value
 
-    def check(self, text: str, prefill: str = "") -> Any:
+    def check(self, text: str) -> Any:
         """Parse and validate a raw answer; raises Invalid with a message for the model."""
-        return self.validate(parse_answer(text, prefill))
+        return self.validate(parse_answer(text))
 
     def dump(self, value: Any) -> Any:
         """JSON data for the run log."""
@@ -98,18 +107,39 @@ def _jsonschema_message(err: Any) -> str:
     return f"{where}: {err.message}"
 
 
-def parse_answer(text: str, prefill: str = "") -> Any:
-    """The JSON value in a model's answer. With a prefill (the start of the answer, put at
-    the end of the prompt) the answer is ``prefill + text``; a constrained engine may have
-    written a whole document after it, so ``text`` alone is tried too."""
-    candidates = [prefill + text, text] if prefill else [text]
+def strict_schema(schema: Any) -> Any:
+    """`schema` with ``additionalProperties: false`` on every object schema that does not
+    say otherwise (what OpenAI's strict mode asks of a schema)."""
+    if not isinstance(schema, dict):
+        return schema
+    out: dict[str, Any] = {}
+    for key, value in schema.items():
+        if key in _SCHEMA_MAPS and isinstance(value, dict):  # name -> schema
+            out[key] = {name: strict_schema(sub) for name, sub in value.items()}
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            out[key] = [strict_schema(sub) for sub in value]
+        elif key in _SCHEMA_VALUES:
+            out[key] = strict_schema(value)
+        else:  # enum, const, default, required, ...: data, not schemas
+            out[key] = value
+    if "properties" in out and out.get("type", "object") == "object":
+        out.setdefault("additionalProperties", False)
+    return out
+
+
+_SCHEMA_MAPS = frozenset({"properties", "$defs", "definitions", "patternProperties"})
+_SCHEMA_LISTS = frozenset({"anyOf", "allOf", "oneOf", "prefixItems"})
+_SCHEMA_VALUES = frozenset({"items", "additionalProperties", "not", "if", "then", "else"})
+
+
+def parse_answer(text: str) -> Any:
+    """The JSON value in a model's answer."""
     first_error = ""
-    for candidate in candidates:
-        for body in _bodies(candidate):
-            try:
-                return _parse_one(body)
-            except ValueError as err:
-                first_error = first_error or str(err)
+    for body in _bodies(text):
+        try:
+            return _parse_one(body)
+        except ValueError as err:
+            first_error = first_error or str(err)
     raise Invalid(f"the answer is not valid JSON ({first_error or 'it is empty'})")
 
 

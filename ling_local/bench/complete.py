@@ -134,8 +134,7 @@ def run_complete_bench(
     settings: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark; starts (and stops) its own daemon unless `url` is given."""
-    from rich.console import Console
-    from rich.progress import Progress
+    from ling_local.bench.progress import progress
 
     session = load_session(session_file)
     with tempfile.TemporaryDirectory(prefix="ling-bench-") as tmp:
@@ -158,7 +157,7 @@ def run_complete_bench(
             health = httpx.get(url + "/health", timeout=10, trust_env=False).json()
             before = _metrics(url, token or "")
             total = len(session.events)
-            with Progress(console=Console(stderr=True), transient=True) as bar:
+            with progress() as bar:
                 task = bar.add_task(f"replaying {session.path}", total=total)
                 result, stats = asyncio.run(_drive(
                     session, profile, env, workspace, settings or {}, speed, accept, limit_s,

@@ -343,8 +343,9 @@ def run_engine_bench(
     of the TTFT columns, None for none; `tpot`: False measures only those. Baseline
     "sglang" launches SGLang from `sglang_profile` (an SGLang profile: flags, environment)
     on the same checkpoint. The JSON is rewritten after every row."""
-    from rich.progress import Progress
     from transformers import AutoModelForCausalLM
+
+    from ling_local.bench.progress import progress as progress_bar
 
     dev = torch.device(device)
     out = Path(out_dir)
@@ -400,7 +401,7 @@ def run_engine_bench(
         return Row(name, None, note=f"failed: {type(err).__name__}: {err}"[:300])
 
     steps = len(baselines) + len(variants) + 1
-    with Progress(transient=False) as progress:
+    with progress_bar(transient=False) as progress:
         task = progress.add_task("engine bench", total=steps)
         reference = None
         if tpot:

@@ -126,7 +126,7 @@ def run_overhead(
     progress: bool = True,
 ) -> OverheadResult:
     """Start one benchmark daemon per transport, measure, stop them, join the records."""
-    from rich.progress import Progress
+    from ling_local.bench.progress import progress as progress_bar
 
     cadence = Cadence(period_ms / 1e3, burst)
     args = ["--period-ms", str(period_ms), "--burst", str(burst)]
@@ -137,7 +137,7 @@ def run_overhead(
         for t in transports:
             daemons[t] = BenchDaemon(t, args)
         total = (rounds + 1) * (1 + len(transports) * len(endpoints) * len(clients))
-        with Progress(disable=not progress, transient=True) as bar:
+        with progress_bar(progress) as bar:
             task = bar.add_task("bench overhead", total=total)
 
             def tick(name: str) -> None:

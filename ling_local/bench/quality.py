@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ling_local.bench import fim_eval as ev
+from ling_local.bench import progress
 from ling_local.bench.fim_eval import EVAL_SET, FimMode, load_eval_set, load_tokenizer
 from ling_local.config import builtin_model_dir
 
@@ -100,7 +101,7 @@ def run_quality(
         "examples": len(examples),
         "systems": {},
     }
-    with console.status("scoring...") as status:
+    with progress.status(console, "scoring...") as status:
         for name, predict in systems.items():
             status.update(f"scoring {name} on {len(examples)} examples...")
             result["systems"][name] = ev.evaluate_system(predict, examples)

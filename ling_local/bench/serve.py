@@ -267,9 +267,9 @@ async def _serve(
 
 
 def run_serve(cfg: ServeConfig, *, progress: bool = True) -> ServeResult:
-    from rich.progress import Progress
+    from ling_local.bench.progress import progress as progress_bar
 
-    with Progress(disable=not progress, transient=True) as bar:
+    with progress_bar(progress) as bar:
 
         def stage(name: str, total: int) -> Callable[[], None]:
             task = bar.add_task(f"bench serve: {name}", total=total)

@@ -86,7 +86,8 @@ class GenerationRequest:
     priority: Priority = Priority.CHAT
     request_id: str = field(default_factory=new_request_id)
     json_schema: dict | None = None
-    """Constrained decoding where the engine supports it (SGLang); others ignore it."""
+    """`response_format` as a JSON schema: the embedded engine and SGLang constrain decoding
+    to it (a grammar); a remote server gets it as OpenAI's `response_format`."""
     messages: list[dict[str, str]] | None = None
     """The chat messages, for engines that apply the chat template themselves (remote)."""
     fim: tuple[str, str] | None = None
@@ -132,6 +133,9 @@ class GenerationStats:
     verify_steps: int | None = None
     queue_s: float = 0.0
     """Time the request waited in the scheduler before the engine took it."""
+    grammar_s: float | None = None
+    """`response_format` on the embedded engine: time spent in the grammar (token masks
+    and advancing it) over the whole generation."""
     finish_reason: FinishReason = "stop"
     trace: dict | None = None
     """Where the time to the first token went, by phase in ms (engines that trace it:
@@ -147,6 +151,7 @@ class GenerationStats:
             "accept_length": self.accept_length,
             "verify_steps": self.verify_steps,
             "queue_ms": round(self.queue_s * 1e3, 3),
+            "grammar_ms": None if self.grammar_s is None else round(self.grammar_s * 1e3, 3),
             "finish_reason": self.finish_reason,
         }
         if self.trace:

@@ -125,11 +125,16 @@ async def _stream(prepared: Prepared, receive: Receive, send: Send) -> None:
             chunk = await anext(relay, None)
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
+    work = _start(pump())
     try:
-        await _until_disconnect(_start(pump()), receive)
+        await _until_disconnect(work, receive)
     finally:
         if headers is not None and not headers.done():
             headers.cancel()
+        if not work.done():  # this task was cancelled (a forced shutdown): stop the pump first
+            work.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await work
         await relay.aclose()  # closing the scheduler stream cancels it in the engine
 
 

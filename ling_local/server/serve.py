@@ -6,10 +6,14 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import socket
 import stat
+import sys
+import threading
 import time
 from collections.abc import Sequence
+from types import FrameType
 
 import uvicorn
 
@@ -62,7 +66,18 @@ class _Server(uvicorn.Server):
         discovery.write_daemon_info(self.url, self.profile.name, self.profile.served_model_name)
         asyncio.get_running_loop().create_task(self._announce_ready())
 
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if not self.should_exit:  # said at once: the rest takes up to a decode step or two
+            sys.stderr.write("ling-local: stopping… (Ctrl-C again to force)\n")
+            sys.stderr.flush()
+        super().handle_exit(sig, frame)
+
     async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # Cancel the engine's work first: the streams then end within a decode step, and
+        # uvicorn's graceful wait for open connections is over at once instead of timing out.
+        stopped = self.config.app.state.daemon.scheduler.cancel_all("shutdown")  # type: ignore[union-attr]
+        if stopped:
+            log.info("stopping: cancelled %d request(s)", stopped)
         # uvicorn re-raises SIGTERM/SIGINT after run() returns, so clean up here, not later.
         try:
             await super().shutdown(sockets)
@@ -216,11 +231,19 @@ def run_daemon(
         # (and one middleware less on every request).
         proxy_headers=False,
         lifespan="on",
-        timeout_graceful_shutdown=5,
+        # Work is cancelled before the wait (`_Server.shutdown`): this only bounds a client
+        # that does not read its stream's end.
+        timeout_graceful_shutdown=1,
         log_config=None,
     )
     url = f"unix:{uds}" if uds else f"http://{_url_host(host)}:{port}"
     server = _Server(config, profile, url, own_socket)
+    if threading.current_thread() is threading.main_thread():
+        # After a graceful stop uvicorn raises the signal again. With the default action
+        # the process then ends at once, as killed by Ctrl-C (a shell sees 130), instead of
+        # unwinding a KeyboardInterrupt through interpreter shutdown, whose last garbage
+        # collection walked the model's objects (~3 s on a busy 2-core machine).
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
     try:
         server.run(sockets=sockets)
     finally:

@@ -97,6 +97,27 @@ class DaemonState:
                 param="prompt",
             )
 
+    def check_json_schema(self, schema: dict, *, fim: bool = False) -> None:
+        """A `response_format` schema the engine can constrain decoding with, or a 400 now
+        (before a streamed response has started)."""
+        import jsonschema
+
+        if fim:
+            raise RequestError(
+                "response_format cannot be combined with suffix (fill-in-the-middle)",
+                param="response_format",
+            )
+        try:
+            jsonschema.validators.validator_for(schema).check_schema(schema)
+        except jsonschema.SchemaError as err:
+            raise RequestError(
+                f"response_format: the JSON schema is invalid: {err.message}",
+                param="response_format",
+            ) from None
+        check = getattr(self.engine, "check_json_schema", None)
+        if check is not None:  # engines that compile the grammar here (embedded)
+            check(schema)
+
     def request(
         self,
         built: BuiltPrompt,
@@ -109,6 +130,8 @@ class DaemonState:
         fim: tuple[str, str] | None = None,
     ) -> GenerationRequest:
         self.check_context(built)
+        if json_schema is not None:
+            self.check_json_schema(json_schema, fim=fim is not None)
         return GenerationRequest(
             prompt=built.text,
             prompt_ids=built.ids,

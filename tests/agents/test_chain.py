@@ -230,6 +230,10 @@ async def test_connection_refused_is_retried_then_reported(run_log: RunLog) -> N
         (lambda: [Prompt("a-b", "x")], "must be a Python identifier"),
         (lambda: [Prompt("a", "{% if %}")], "template is invalid"),
         (lambda: [Prompt("a", "x", prefill="{")], "prefill needs mode='complete'"),
+        (
+            lambda: [Prompt("a", "x", mode="complete", prefill="{", schema=dict[str, int])],
+            "prefill cannot be combined with schema",
+        ),
         (lambda: [Prompt("a", "x", schema={"type": "nope"})], "invalid schema"),
     ],
 )

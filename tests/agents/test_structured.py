@@ -5,14 +5,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Literal
 
 import httpx
 import pytest
-from pydantic import BaseModel
+from pydantic import BaseModel, field_validator
 
 from ling_local.agents import Chain, ChainFinished, Prompt, RunLog, StepRetry, StepStarted
-from ling_local.agents.structured import Invalid, Schema, close_partial, parse_answer
+from ling_local.agents.structured import (
+    Invalid,
+    Schema,
+    close_partial,
+    parse_answer,
+    strict_schema,
+)
 from ling_local.client import AsyncClient
 from ling_local.errors import StructuredOutputError
 from tests.agents.conftest import agent_requests
@@ -36,16 +41,15 @@ class Function(BaseModel):
     name: str
 
 
-# A code model continues a Python literal: the prefill opens the string, the stop closes
-# it, and the parser completes the object; the schema then decides.
+# A code model continues code: the prompt ends where a variable's value starts, and the
+# daemon's grammar makes that value a JSON object of the schema's shape.
 EXTRACT = Prompt(
     "extract",
     "import json\n\nsource = '''{{ code }}'''\n# the function defined in `source`:\nfound = ",
     mode="complete",
-    prefill='{"name": "',
-    stop=['"', "\n"],
+    stop=["\n"],
     schema=Function,
-    max_tokens=12,
+    max_tokens=48,
     temperature=0.0,
 )
 
@@ -68,8 +72,9 @@ async def test_schema_step_returns_a_validated_typed_value(
     use = next(e for e in events if isinstance(e, StepStarted) and e.name == "use")
     assert use.prompt == f"Call {value.name}()"  # the typed value feeds the next template
     first = recorder.bodies[0]
-    assert first["response_format"]["json_schema"]["schema"] == Function.model_json_schema()
-    assert first["prompt"].endswith('found = {"name": "') and first["priority"] == "agent"
+    sent = first["response_format"]["json_schema"]["schema"]
+    assert sent == {**Function.model_json_schema(), "additionalProperties": False}
+    assert first["prompt"].endswith("found = ") and first["priority"] == "agent"
     # the run log keeps JSON and types it again on resume
     assert run_log.get(run.run_id).steps[0].output == value.model_dump()
     again = await chain.aresume(run.run_id, client=daemon.url, run_log=run_log).result()
@@ -77,7 +82,15 @@ async def test_schema_step_returns_a_validated_typed_value(
 
 
 class Impossible(BaseModel):
-    checksum: Literal["7f3e-9b1c-unguessable"]
+    """Valid JSON for the grammar, never valid for the validator (which a JSON schema, and
+    so the grammar, cannot express)."""
+
+    checksum: str
+
+    @field_validator("checksum")
+    @classmethod
+    def _matches_the_file(cls, value: str) -> str:
+        raise ValueError("does not match the file's checksum")
 
 
 def test_bad_output_is_reasked_a_bounded_number_of_times(
@@ -111,20 +124,41 @@ def test_bad_output_is_reasked_a_bounded_number_of_times(
 
 # ---------------------------------------------------------------- the parser (no daemon)
 @pytest.mark.parametrize(
-    ("text", "prefill", "expected"),
+    ("text", "expected"),
     [
-        ('{"a": 1}', "", {"a": 1}),
-        ('Sure! Here it is:\n```json\n{"a": [1, 2]}\n```\nAnything else?', "", {"a": [1, 2]}),
-        ('The answer is {"a": "x"} as requested.', "", {"a": "x"}),
-        ("{'a': True, 'b': None}", "", {"a": True, "b": None}),
-        ('Ada", "born": 1815', '{"name": "', {"name": "Ada", "born": 1815}),
-        ("Ada Lovel", '{"name": "', {"name": "Ada Lovel"}),
-        ('{"a": [1, 2', "", {"a": [1, 2]}),
-        ('{"name": "x"}', '{"name": "', {"name": "x"}),  # a constrained engine's whole answer
+        ('{"a": 1}', {"a": 1}),
+        ('Sure! Here it is:\n```json\n{"a": [1, 2]}\n```\nAnything else?', {"a": [1, 2]}),
+        ('The answer is {"a": "x"} as requested.', {"a": "x"}),
+        ("{'a': True, 'b': None}", {"a": True, "b": None}),
+        ('{"name": "Ada Lovel', {"name": "Ada Lovel"}),  # cut off by max_tokens
+        ('{"a": [1, 2', {"a": [1, 2]}),
     ],
 )
-def test_parser_reads_what_models_write(text: str, prefill: str, expected: object) -> None:
-    assert parse_answer(text, prefill) == expected
+def test_parser_reads_what_models_write(text: str, expected: object) -> None:
+    assert parse_answer(text) == expected
+
+
+def test_strict_schema_closes_objects_but_not_data() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "properties": {"type": "object", "properties": {"x": {"type": "integer"}}},
+            "tags": {"type": "array", "items": {"$ref": "#/$defs/tag"}},
+            "extra": {"type": "object", "additionalProperties": True, "properties": {}},
+        },
+        "required": ["properties"],
+        "$defs": {"tag": {"properties": {"name": {"enum": [{"properties": 1}]}}}},
+    }
+    strict = strict_schema(schema)
+    assert strict["additionalProperties"] is False
+    nested = strict["properties"]["properties"]
+    assert nested["additionalProperties"] is False
+    assert "additionalProperties" not in nested["properties"]
+    assert strict["properties"]["extra"]["additionalProperties"] is True  # said otherwise
+    tag = strict["$defs"]["tag"]
+    assert tag["additionalProperties"] is False
+    assert tag["properties"]["name"] == {"enum": [{"properties": 1}]}  # data, untouched
+    assert "additionalProperties" not in schema  # the caller's schema is not changed
 
 
 def test_parser_and_schema_errors_are_messages_for_the_model() -> None:
@@ -138,7 +172,7 @@ def test_parser_and_schema_errors_are_messages_for_the_model() -> None:
     with pytest.raises(Invalid, match="n: 'x' is not of type 'integer'"):
         schema.check('{"n": "x"}')
     assert schema.check('{"n": 3}') == {"n": 3}
-    with pytest.raises(Invalid, match="checksum: Input should be"):
+    with pytest.raises(Invalid, match="checksum: Value error, does not match"):
         Schema.of(Impossible).check('{"checksum": "nope"}')
     assert close_partial('{"a": "x\\') == '{"a": "x"}'
     assert close_partial('{"a": 1, "b":') == '{"a": 1, "b": null}'

@@ -64,6 +64,22 @@ def test_cli_writes_json_png_and_markdown(daemon: DaemonProcess, tmp_path) -> No
     assert "| TTFT ms |" in md and "| TPOT ms |" in md and "ling-local bench serve" in md
 
 
+def test_progress_is_plain_lines_when_not_on_a_terminal(daemon: DaemonProcess, tmp_path) -> None:
+    """Piped (a log, CI, `| tee`), the progress is lines on stderr, not a silent live bar;
+    the result still goes to stdout alone."""
+    cmd = [sys.executable, "-m", "ling_local", "bench", "serve", "--base-url", daemon.url]
+    cmd += ["--api-key", daemon.token, "--input-len", "16", "--output-len", "4"]
+    cmd += ["--num-prompts", "3", "--runs", "2", "--out", str(tmp_path / "out")]
+    proc = subprocess.run(
+        cmd, env=child_env(tmp_path / "home"), cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stderr.splitlines()
+    for stage in ("warm-up: 0/1", "warm-up: 1/1", "run 1/2: 0/3", "run 1/2: 3/3", "run 2/2: 3/3"):
+        assert any(line.startswith(f"bench serve: {stage} (") for line in lines), proc.stderr
+    assert "bench serve: run" not in proc.stdout and "TTFT" in proc.stdout
+
+
 def test_openai_backend_against_the_daemon(daemon: DaemonProcess) -> None:
     """Any OpenAI-compatible server: base URL with /v1, model id from /v1/models."""
     cfg = ServeConfig(

@@ -125,6 +125,55 @@ def test_fill_in_the_middle_and_chat(sgl_daemon: DaemonProcess) -> None:
         assert reply.finish_reason in ("stop", "length") and reply.usage.completion_tokens <= 6
 
 
+def test_response_format_reaches_sglangs_grammar_backend(sgl_daemon: DaemonProcess) -> None:
+    """SGLang's /generate takes the schema as the string `sampling_params.json_schema`
+    (json_object is the schema {"type": "object"}, as SGLang's own OpenAI layer sends it);
+    a schema that is not a JSON schema is a 400 here and never reaches SGLang."""
+    info = child_info(sgl_daemon)
+    standin = httpx.Client(
+        base_url=info["url"],
+        headers={"Authorization": f"Bearer {info['api_key']}"},
+        trust_env=False,
+    )
+    schema = {
+        "type": "object",
+        "properties": {"kind": {"enum": ["a", "b"]}, "items": {"type": "array"}},
+        "required": ["kind"],
+    }
+    before = len(standin.get("/standin/requests").json()["requests"])
+    with sgl_daemon.http() as http:
+        for body in (
+            {
+                "messages": [{"role": "user", "content": "JSON please"}],
+                "max_tokens": 4,
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "r", "schema": schema},
+                },
+            },
+            {"prompt": "x = ", "max_tokens": 4, "response_format": {"type": "json_object"}},
+        ):
+            path = "/v1/chat/completions" if "messages" in body else "/v1/completions"
+            assert http.post(path, json=body).status_code == 200
+        bad = http.post(
+            "/v1/completions",
+            json={
+                "prompt": "x = ",
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "r", "schema": {"type": "foo"}},
+                },
+            },
+        )
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "response_format"
+    sent = standin.get("/standin/requests").json()["requests"][before:]
+    standin.close()
+    assert [json.loads(r["sampling_params"]["json_schema"]) for r in sent] == [
+        schema,
+        {"type": "object"},
+    ]
+
+
 def test_closing_a_stream_aborts_it_inside_sglang(sgl_daemon: DaemonProcess) -> None:
     with sgl_daemon.client() as client:
         with client.stream_complete("while True:\n", max_tokens=2000, ignore_eos=True) as s:

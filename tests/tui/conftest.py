@@ -35,6 +35,20 @@ assert add(2, 3) == 5
 """
 
 
+BARE_CODE_REPLY = """def load_module(name, path=None):
+    # a module by name, or from a file when a path is given
+    if path is None:
+        return importlib.import_module(name)
+    spec = importlib.util.spec_from_file_location(name, path)
+    return importlib.util.module_from_spec(spec)
+
+
+for name in sys.argv[1:]:
+    print(load_module(name))
+That loads every module named on the command line."""
+"""Code as a code model writes it: no fences, prose after it."""
+
+
 @pytest.fixture(scope="package")
 def slow_daemon(tmp_path_factory: pytest.TempPathFactory) -> DaemonProcess:
     """A daemon whose replies take seconds, not milliseconds: the embedded engine decodes the
@@ -91,6 +105,20 @@ def seed_conversations(path: Path) -> tuple[int, int]:
             second.id, "assistant", CODE_REPLY, stats, model="ling-tiny", created=FIXED_TIME + 61
         )
         return first.id, second.id
+    finally:
+        store.close()
+
+
+def seed_code_shapes(path: Path) -> int:
+    """One conversation with both kinds of reply: fenced code, and bare code."""
+    store = ConversationStore(path)
+    try:
+        conversation = store.create("Code shapes", created=FIXED_TIME)
+        store.add_message(conversation.id, "user", "Add two numbers.", created=FIXED_TIME)
+        store.add_message(conversation.id, "assistant", CODE_REPLY, created=FIXED_TIME + 1)
+        store.add_message(conversation.id, "user", "Load a module by name.", created=FIXED_TIME + 2)
+        store.add_message(conversation.id, "assistant", BARE_CODE_REPLY, created=FIXED_TIME + 3)
+        return conversation.id
     finally:
         store.close()
 

@@ -13,7 +13,7 @@ from textual.pilot import Pilot
 from textual.widgets import Input, TextArea
 
 from tests.support import DaemonProcess
-from tests.tui.conftest import DOWN_URL, seed_conversations, wait_for
+from tests.tui.conftest import DOWN_URL, seed_code_shapes, seed_conversations, wait_for
 from tui.app import LingApp, make_app
 
 
@@ -49,6 +49,18 @@ def test_conversation_light_80x24(snap_compare, daemon: DaemonProcess, store_pat
         await settle(pilot, theme="textual-light")
 
     assert snap_compare(app_for(daemon, store_path), terminal_size=(80, 24), run_before=light)
+
+
+def test_fenced_and_bare_code_replies(snap_compare, store_path: Path) -> None:
+    """Both keep their lines and indentation, highlighted; the prose around them stays
+    prose. Scrolled to the end: the bare-code reply."""
+    seed_code_shapes(store_path)
+    assert snap_compare(app_for(None, store_path), terminal_size=(100, 48), run_before=settle)
+
+
+def test_bare_code_reply_80x24(snap_compare, store_path: Path) -> None:
+    seed_code_shapes(store_path)
+    assert snap_compare(app_for(None, store_path), terminal_size=(80, 24), run_before=settle)
 
 
 def test_empty_state(snap_compare, daemon: DaemonProcess, store_path: Path) -> None:

@@ -11,6 +11,7 @@ from textual.containers import Vertical
 from textual.widgets import Collapsible, Label, Markdown, Static
 
 from ling_local.agents.events import StepFinished, jsonable
+from tui.reply_markdown import as_markdown
 from tui.widgets.framed_stream import FramedStream
 
 __all__ = ["StepPanel"]
@@ -55,7 +56,7 @@ class StepPanel(Vertical):
     async def write(self, text: str) -> None:
         if self._stream is None:
             output = self.query_one(".step-output", Markdown)
-            self._stream = FramedStream(Markdown.get_stream(output))
+            self._stream = FramedStream(output)
         self.output += text
         await self._stream.write(text)
 
@@ -80,10 +81,10 @@ class StepPanel(Vertical):
 
     async def finish(self, event: StepFinished) -> None:
         await self._stop_stream()
-        output = _as_markdown(event.output)
-        if output != self.output:  # the runner's result is the truth
-            self.output = output
-            await self.query_one(".step-output", Markdown).update(output)
+        shown = _as_markdown(event.output)
+        if shown != as_markdown(self.output):  # the runner's result is the truth
+            await self.query_one(".step-output", Markdown).update(shown)
+        self.output = event.output if isinstance(event.output, str) else shown
         self._set_state("finished")
         numbers = f"{event.seconds:.2f} s"
         if self.kind == "prompt":
@@ -107,8 +108,8 @@ class StepPanel(Vertical):
 
 
 def _as_markdown(output: Any) -> str:
-    """Text as it is; a schema object or a function's return value as a JSON block."""
+    """Text as a reply is shown; a schema object or a function's return value as JSON."""
     if isinstance(output, str):
-        return output
+        return as_markdown(output)
     text = json.dumps(output, default=jsonable, ensure_ascii=False, indent=2)
     return f"```json\n{text}\n```"

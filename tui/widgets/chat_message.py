@@ -1,4 +1,5 @@
-"""One message in the chat: who said it, the Markdown body, and the reply's numbers.
+"""One message in the chat: who said it, the body (Markdown, with bare code shown as code),
+and the reply's numbers.
 
 A message can take focus (Tab / Shift+Tab from the prompt), and then `c` copies it and `y`
 copies its code blocks, one after another on repeated presses.
@@ -15,6 +16,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.widgets import Label, Markdown, Static
 
+from tui.reply_markdown import as_markdown
 from tui.stats import ReplyStats
 from tui.widgets.framed_stream import FramedStream
 
@@ -23,9 +25,10 @@ __all__ = ["ChatMessage", "code_blocks"]
 _MARKDOWN = MarkdownIt("commonmark")
 
 
-def code_blocks(markdown: str) -> list[str]:
-    """Fenced and indented code blocks of a Markdown text, in order."""
-    return [t.content for t in _MARKDOWN.parse(markdown) if t.type in ("fence", "code_block")]
+def code_blocks(text: str) -> list[str]:
+    """The code blocks of a message as it is shown: fenced, indented and bare code, in order."""
+    tokens = _MARKDOWN.parse(as_markdown(text))
+    return [t.content for t in tokens if t.type in ("fence", "code_block")]
 
 
 class ChatMessage(Vertical, can_focus=True):
@@ -56,7 +59,7 @@ class ChatMessage(Vertical, can_focus=True):
 
     def compose(self) -> ComposeResult:
         yield Label(self.speaker, classes="speaker")
-        yield Markdown(self.content, classes="body")
+        yield Markdown(as_markdown(self.content), classes="body")
         yield Static(self.stats.format() if self.stats else "", classes="stats", markup=False)
 
     def on_mount(self) -> None:
@@ -67,7 +70,7 @@ class ChatMessage(Vertical, can_focus=True):
         """Start streaming text into the body (the reply in flight), once it is on screen."""
         await self._mounted.wait()
         self.add_class("-streaming")
-        return FramedStream(Markdown.get_stream(self.query_one(".body", Markdown)))
+        return FramedStream(self.query_one(".body", Markdown))
 
     def set_live(self, text: str) -> None:
         """The reply's numbers while it streams."""

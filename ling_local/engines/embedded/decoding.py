@@ -155,6 +155,8 @@ class Decoder:
             self.begin(gen)
         if gen.next_token is None:
             return self._prefill(gen)
+        if gen.constraint is not None:  # every token through the grammar's mask
+            return self._decode_run(gen, should_yield)
         speculating = gen.speculate and gen.greedy and self.can_verify
         if speculating:
             proposals = self._propose(gen)
@@ -189,10 +191,10 @@ class Decoder:
             return None
         gen.info.setdefault("prefill", "eager")
         gen.marks["launched"] = time.perf_counter()
-        logits = self._mask(logits)
         if gen.request.first_token_ids:  # token healing: re-create the dropped prompt text
-            logits = _restrict(logits, gen.request.first_token_ids)
-        return gen.on_token(int(sample(logits, *gen.sample_args())))
+            logits = _restrict(self._mask(logits), gen.request.first_token_ids)
+            return gen.on_token(int(sample(logits, *gen.sample_args())))
+        return gen.on_token(self._pick(gen, logits))
 
     def _extends(self, slot: Any, n: int) -> bool:
         """Whether a last chunk of n tokens runs as the slot's T = EXTEND graph step."""
@@ -215,6 +217,17 @@ class Decoder:
             logits.index_fill_(-1, self.banned, float("-inf"))
         return logits
 
+    def _pick(self, gen: Generation, logits: torch.Tensor) -> int:
+        """The next token from one position's logits; under a grammar (`response_format`)
+        only one the grammar allows, and the grammar advances past it."""
+        logits = self._mask(logits)
+        constraint = gen.constraint
+        if constraint is None:
+            return int(sample(logits, *gen.sample_args()))
+        token = int(sample(constraint.mask(logits), *gen.sample_args()))
+        constraint.accept(token)
+        return token
+
     def _decode_run(self, gen: Generation, should_yield: Callable[[], bool]) -> FinishReason | None:
         """Plain decode (CPU, or a GPU without graphs) until the generation ends or the
         worker is wanted elsewhere (a cancel, a new arrival): the worker's per-step
@@ -229,7 +242,7 @@ class Decoder:
         logits = self.runner.forward(gen.slot.cache, [token])
         gen.slot.ids.append(token)
         gen.decode_steps += 1
-        return gen.on_token(int(sample(self._mask(logits), *gen.sample_args())))
+        return gen.on_token(self._pick(gen, logits))
 
     # ------------------------------------------------------------------ GPU burst
     def _graph(self, slot: Any, t: int, greedy: bool = False) -> Any:

@@ -14,6 +14,7 @@ import torch
 
 from ling_local.engines.base import Delta, FinishReason, GenerationRequest, GenerationStats
 from ling_local.engines.embedded.detok import IncrementalDetokenizer, StopMatcher
+from ling_local.engines.embedded.grammar import Constraint
 from ling_local.engines.embedded.prefix_cache import Slot
 from ling_local.engines.embedded.speculative import NgramIndex
 
@@ -37,6 +38,9 @@ class Generation:
     history: NgramIndex | None = None
     """Prompt + output so far, indexed for prompt-lookup proposals (greedy only)."""
     speculate: bool = False
+    constraint: Constraint | None = None
+    """The grammar of a `response_format` request: masks every token, ends the generation
+    when the JSON value is complete."""
     slot: Slot | None = None
     draft_slot: Slot | None = None
     next_token: int | None = None
@@ -101,6 +105,9 @@ class Generation:
         if hit:
             self.pending_text, self.at_stop_string = text, True
             return "stop"
+        if self.constraint is not None and self.constraint.finished:
+            self.pending_text = text
+            return "stop"
         if self.n_generated >= self.max_tokens:
             self.pending_text = text
             return "length"
@@ -129,6 +136,8 @@ class Generation:
             stats.ttft_s = self.t_first - self.t_start
             if self.n_generated > 1:
                 stats.tpot_s = (self.t_last - self.t_first) / (self.n_generated - 1)
+        if self.constraint is not None:
+            stats.grammar_s = self.constraint.seconds
         if self.speculate and self.decode_steps:
             stats.verify_steps = self.decode_steps
             stats.accept_length = round((self.n_generated - 1) / self.decode_steps, 3)
