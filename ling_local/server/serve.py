@@ -202,7 +202,8 @@ def run_daemon(
 ) -> None:
     """Serve `profile` until SIGTERM/SIGINT. `engine` replaces the profile's engine (only the
     benchmark token source of `ling-local bench overhead` passes one)."""
-    check_model_dirs(profile)
+    if engine is None:  # a given engine (the benchmarks' token source) reads no files
+        check_model_dirs(profile)
     if uds is None:
         check_bind(host, allow_remote)
         sockets = [_bind_tcp(host, port)]  # fail now, before the model loads
