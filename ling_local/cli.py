@@ -241,6 +241,51 @@ def bench_structured(
         raise typer.Exit(1)
 
 
+@bench_app.command("cpu")
+def bench_cpu(
+    profile: ProfileOpt = "tiny",
+    prefix_tokens: Annotated[int, typer.Option(help="tokens of the file already cached")] = 1500,
+    new_prompt_tokens: Annotated[int, typer.Option(help="tokens a keystroke adds")] = 8,
+    rounds: Annotated[int, typer.Option(min=1, help="rounds, engines interleaved")] = 7,
+    baseline: Annotated[
+        str | None,
+        typer.Option(help="also run this engine on the same ids: llama.cpp (needs [llamacpp])"),
+    ] = "llama.cpp",
+    llama_threads: Annotated[
+        str, typer.Option(help="llama.cpp thread counts, comma-separated")
+    ] = "1,2",
+    json_out: Annotated[str | None, typer.Option("--json", help="also write JSON here")] = None,
+) -> None:
+    """The embedded engine on the CPU against llama.cpp on the same model and token ids:
+    time to first token with nothing cached and on a cached file, decode TPOT; the profile's
+    model as GGUF q8_0, llama.cpp at each thread count, engines interleaved per round."""
+    import json
+    from pathlib import Path
+
+    from ling_local.bench.cpu import cpu_comparison, cpu_markdown
+
+    if baseline not in (None, "", "none", "llama.cpp"):
+        raise typer.BadParameter("the only baseline is llama.cpp", param_hint="--baseline")
+    try:
+        threads = tuple(int(t) for t in llama_threads.split(","))
+    except ValueError:
+        raise typer.BadParameter("comma-separated integers", param_hint="--llama-threads") from None
+    try:
+        result = cpu_comparison(
+            profile,
+            prefix_tokens,
+            new_prompt_tokens,
+            rounds=rounds,
+            baseline="llama.cpp" if baseline == "llama.cpp" else None,
+            llama_threads=threads,
+        )
+    except LingLocalError as err:  # e.g. llama-cpp-python not installed
+        _fail(err)
+    typer.echo(cpu_markdown(result))
+    if json_out:
+        Path(json_out).write_text(json.dumps(result.as_dict(), indent=1))
+
+
 @bench_app.command("edit")
 def bench_edit(
     profile: ProfileOpt = "tiny",
