@@ -150,8 +150,6 @@ class KVSlot:
     """On the CPU, k and v are views into this [layers, 2, kv_heads, max_len, head_dim]
     block, so the lean decode step writes a token's keys and values in one copy (only the
     CUDA path is compiled, which wants tensors of their own)."""
-    lean: Any = None
-    """The lean step's per-layer views of `kv` (`cpu_decode.LeanDecode.views`)."""
 
 
 @dataclass(frozen=True, slots=True)
