@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from ling_local.bench.gguf_export import export_gguf, permute_rope_rows
 from ling_local.bench.cpu import METRICS, cpu_comparison, cpu_markdown
+from ling_local.bench.gguf_export import export_gguf, permute_rope_rows
 
 gguf = pytest.importorskip("gguf")
 needs_llama_cpp = pytest.mark.skipif(
