@@ -249,7 +249,7 @@ def bench_cpu(
     rounds: Annotated[int, typer.Option(min=1, help="rounds, engines interleaved")] = 7,
     baseline: Annotated[
         str | None,
-        typer.Option(help="also run this engine on the same ids: llama.cpp (needs [llamacpp])"),
+        typer.Option(help="llama.cpp (needs the llamacpp extra), or none: our engine alone"),
     ] = "llama.cpp",
     llama_threads: Annotated[
         str, typer.Option(help="llama.cpp thread counts, comma-separated")
