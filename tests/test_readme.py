@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import shutil
 import signal
 import socket
 import subprocess
@@ -132,9 +133,9 @@ def readme_daemon(user_env: dict[str, str], tmp_path_factory: pytest.TempPathFac
     _stop(proc)
 
 
-def _run(argv: list[str], env: dict[str, str], timeout: float = 300) -> str:
+def _run(argv: list[str], env: dict[str, str], timeout: float = 300, cwd: Path = REPO) -> str:
     done = subprocess.run(
-        argv, env=env, cwd=str(REPO), capture_output=True, text=True, timeout=timeout
+        argv, env=env, cwd=str(cwd), capture_output=True, text=True, timeout=timeout
     )
     assert done.returncode == 0, f"{argv} exited {done.returncode}:\n{done.stdout}\n{done.stderr}"
     return done.stdout
@@ -164,9 +165,13 @@ def test_the_test_command_is_what_ci_runs() -> None:
 
 
 @pytest.mark.parametrize("code", _cases("sh"))
-def test_shell_block(code: str, readme_daemon: int, user_env: dict[str, str]) -> None:
+def test_shell_block(
+    code: str, readme_daemon: int, user_env: dict[str, str], tmp_path: Path
+) -> None:
+    """In a copy of the checkout's examples, so what a block writes stays out of the repo."""
+    shutil.copytree(REPO / "examples", tmp_path / "examples")
     script = code.replace(DEFAULT_PORT, str(readme_daemon))
-    out = _run(["bash", "-e", "-o", "pipefail", "-c", script], user_env)
+    out = _run(["bash", "-e", "-o", "pipefail", "-c", script], user_env, cwd=tmp_path)
     assert out.strip()
 
 
