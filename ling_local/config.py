@@ -137,8 +137,9 @@ class PromptSettings(_Section):
     chat_template: Literal["model", "chatml", "plain"] = "model"
     """``model`` uses the tokenizer's own chat template, falling back to ``plain``."""
     token_healing: bool = False
-    """Fill-in-the-middle: drop the prefix's last token and let the model re-create it
-    (the cursor rarely falls on a token boundary); embedded engine only."""
+    """Completions (plain and fill-in-the-middle): drop the prompt's last token and let the
+    model re-create it (a cursor rarely falls on a token boundary: after a space, inside a
+    word); embedded engine only."""
     ban_fim_tokens: bool = True
     """Never generate the FIM control tokens (a small model sometimes emits them)."""
     prefix_tokens: int = Field(default=1024, ge=16)

@@ -73,8 +73,16 @@ class PromptBuilder:
         """A plain completion, or fill-in-the-middle when a suffix is given."""
         if suffix is None:
             ids = self._encode(prompt)
+            if ids is None:
+                return BuiltPrompt(prompt, None, self.stop, self.stop_token_ids)
+            ids, first, heal_text = self._heal(ids) if len(ids) > 1 else (ids, None, "")
             return BuiltPrompt(
-                prompt, None if ids is None else self._bos + ids, self.stop, self.stop_token_ids
+                prompt,
+                self._bos + ids,
+                self.stop,
+                self.stop_token_ids,
+                first_token_ids=first,
+                heal_text=heal_text,
             )
         return self.fim(prompt, suffix)
 
@@ -87,7 +95,10 @@ class PromptBuilder:
         return tuple(sorted(ids))  # type: ignore[arg-type]
 
     def _heal(self, prefix_ids: list[int]) -> tuple[list[int], list[int] | None, str]:
-        """Drop the prefix's last token when other tokens start with its text."""
+        """Token healing: drop the prefix's last token when other tokens start with its text,
+        and let the first generated token be any of those. A prompt that ends in a space
+        (``from collections import ``) or inside a word (``self.na``) then continues as if
+        the text had been tokenized whole (`` namedtuple``, ``name``)."""
         if not (self.heal and prefix_ids and self.tokenizer is not None):
             return prefix_ids, None, ""
         dropped = self.tokenizer.decode(prefix_ids[-1:], skip_special_tokens=False)

@@ -1,86 +1,45 @@
-"""Training data: the CPython standard library's own Python source (PSF licence).
+"""Training data: the corpus bundle made by ``python -m training.corpus build`` (permissive
+PyPI packages plus the CPython standard library), cut into training documents.
 
-Which files: every ``*.py`` under ``sysconfig.get_paths()["stdlib"]`` except ``site-packages``
-/ ``dist-packages``, files that are not valid UTF-8, machine-generated tables (the
-``encodings`` codec tables made by gencodec, ``pydoc_data/topics.py``, ``_sysconfigdata*``) and files that contain
-our special-token strings. The stdlib's own tests are kept: they are ordinary Python.
-
-Held out: a file is held out when the SHA-1 of its path relative to the stdlib root falls in the
-lowest ~3 % (:func:`is_heldout`); the split depends on the path alone, so it is the same on
-every machine that has the same stdlib.
+Per epoch, each training file is, with probability ``1 - fim_rate``, one left-to-right document
+(tokenized in pieces cut at line starts, after indentation and at random characters, so the
+token boundaries a cursor makes are ordinary), otherwise cut into line-aligned chunks that each
+become one FIM example, PSM or SPM with equal odds, ending in ``<|fim_end|>``. Chat examples
+(:mod:`training.chat`, drawn by :class:`training.pack.EpochBuilder`) make up a small share.
+Whole packages are held out (``heldout`` in corpus.json), never files.
 """
 
 from __future__ import annotations
 
-import hashlib
 import itertools
+import json
+import lzma
 import random
 import re
-import sysconfig
 from dataclasses import dataclass
 from pathlib import Path
-
-from training.tokenizer import SPECIAL_TOKENS
-
-HELDOUT_PER_MILLE = 30
-_SKIP_DIRS = {"site-packages", "dist-packages", "__pycache__"}
 
 
 @dataclass(frozen=True, slots=True)
 class SourceFile:
+    package: str
     path: str
-    """Path relative to the stdlib root, with forward slashes."""
+    """Path inside the package's wheel (or the stdlib), with forward slashes."""
     text: str
-    sha256: str
 
 
-def stdlib_root() -> Path:
-    return Path(sysconfig.get_paths()["stdlib"])
-
-
-def is_heldout(rel_path: str) -> bool:
-    digest = hashlib.sha1(rel_path.encode()).hexdigest()
-    return int(digest[:8], 16) % 1000 < HELDOUT_PER_MILLE
-
-
-def _is_generated(rel_path: str, text: str) -> bool:
-    if rel_path == "pydoc_data/topics.py" or rel_path.startswith("_sysconfigdata"):
-        return True
-    return rel_path.startswith("encodings/") and "decoding_table = (" in text
-
-
-def collect_files(root: Path | None = None, limit: int | None = None) -> list[SourceFile]:
-    """All usable stdlib source files, sorted by path (``limit``: keep every n-th, for smoke)."""
-    root = root or stdlib_root()
-    files: list[SourceFile] = []
-    for p in sorted(root.rglob("*.py")):
-        rel = p.relative_to(root).as_posix()
-        if _SKIP_DIRS & set(p.relative_to(root).parts) or not p.is_file():
-            continue
-        raw = p.read_bytes()
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            continue
-        if not text.strip() or _is_generated(rel, text) or any(s in text for s in SPECIAL_TOKENS):
-            continue
-        files.append(SourceFile(rel, text, hashlib.sha256(raw).hexdigest()))
+def load_bundle(path: str | Path, limit: int | None = None) -> list[SourceFile]:
+    """The files of a ``*.jsonl.xz`` bundle (``limit``: keep about that many, spread evenly)."""
+    path = Path(path)
+    if path.suffix == ".xz" and path.with_suffix("").exists():
+        path = path.with_suffix("")  # not compressed (yet: xz removes it when done)
+    opener = lzma.open if path.suffix == ".xz" else open
+    with opener(path, "rt", encoding="utf-8") as fh:
+        files = [SourceFile(d["package"], d["path"], d["text"]) for d in map(json.loads, fh)]
     if limit is not None and len(files) > limit:
         step = len(files) / limit
         files = [files[int(i * step)] for i in range(limit)]
     return files
-
-
-def split_files(files: list[SourceFile]) -> tuple[list[SourceFile], list[SourceFile]]:
-    train = [f for f in files if not is_heldout(f.path)]
-    heldout = [f for f in files if is_heldout(f.path)]
-    return train, heldout
-
-
-def file_list_digest(files: list[SourceFile]) -> str:
-    """SHA-256 over ``"<sha256>  <path>\\n"`` lines, sorted by path (like ``sha256sum``)."""
-    lines = "".join(f"{f.sha256}  {f.path}\n" for f in sorted(files, key=lambda f: f.path))
-    return hashlib.sha256(lines.encode()).hexdigest()
 
 
 # --- spans: where a middle is cut out of a text ---------------------------------------------
@@ -170,12 +129,12 @@ def training_span(text: str, rng: random.Random) -> tuple[int, int]:
     """Mix of spans: random characters, rest-of-line, block bodies and runs of whole lines."""
     r = rng.random()
     span = None
-    if r < 0.3:
+    if r < 0.35:
         span = span_line_rest(text, rng)
-    elif r < 0.5:
+    elif r < 0.55:
         span = span_block_body(text, rng, max_lines=30, max_chars=2000)
-    elif r < 0.65:
-        span = span_lines(text, rng)
+    elif r < 0.75:
+        span = span_lines(text, rng, 2, 5)
     return span or span_random(text, rng)
 
 
@@ -184,7 +143,8 @@ def training_span(text: str, rng: random.Random) -> tuple[int, int]:
 
 @dataclass(frozen=True, slots=True)
 class Doc:
-    """One training document: plain text, or a FIM triple to be formatted as PSM or SPM."""
+    """One training document: plain text (tokenized in pieces), a FIM triple to be formatted
+    as PSM or SPM, or a chat turn (request, answer)."""
 
     text: str = ""
     fim: tuple[str, str, str] | None = None
@@ -192,6 +152,8 @@ class Doc:
     mode: str = "psm"
     cuts: tuple[int, ...] = ()
     """Offsets in ``text`` where it is tokenized in separate pieces (see :func:`cut_points`)."""
+    chat: tuple[str, str] | None = None
+    """(request, answer)"""
 
     def pieces(self) -> list[str]:
         bounds = [0, *self.cuts, len(self.text)]
@@ -241,12 +203,13 @@ def make_docs(
     rng: random.Random,
     fim_rate: float = 0.5,
     chunk_chars: tuple[int, int] = (1000, 7000),
-    cut_every: int = 0,
+    cut_every: int = 400,
+    chats: list[tuple[str, str]] = (),  # type: ignore[assignment]
 ) -> list[Doc]:
     """Per file: with probability ``1 - fim_rate`` the whole file left to right (tokenized in
     pieces when ``cut_every`` > 0), otherwise the file cut into line-aligned chunks that each
-    become one FIM example (half PSM, half SPM)."""
-    docs: list[Doc] = []
+    become one FIM example (half PSM, half SPM); plus one chat document per ``chats`` item."""
+    docs: list[Doc] = [Doc(chat=c) for c in chats]
     for f in files:
         if rng.random() >= fim_rate:
             cuts = cut_points(f.text, rng, cut_every) if cut_every > 0 else ()

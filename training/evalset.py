@@ -1,9 +1,14 @@
-"""The fixed FIM eval set drawn from held-out stdlib files, shipped as ``eval_set.jsonl.gz``.
+"""The fixed eval sets drawn from the held-out packages (never trained on), shipped as
+``ling_local/bench/data/fim_eval_set.jsonl.gz`` and ``chat_eval_set.jsonl.gz``.
 
-Each line: ``{"kind": "single"|"multi", "span", "file", "prefix", "suffix", "middle"}``.
+FIM, each line: ``{"kind": "single"|"multi", "span", "file", "prefix", "suffix", "middle"}``.
 single: the rest of one line from a random cursor column (or one whole line).
-multi: the body of a block (``block``) or 2-6 whole lines (``lines``), at least two lines.
+multi: 2-4 whole lines (``lines``), at least two of them not blank.
 Prefix and suffix are cut at line starts so that together they fit in about 1,000 tokens.
+``file`` is ``package/path``.
+
+Chat, each line: ``{"request", "reference", "name", "file"}``: "Write a Python function that
+<docstring summary>" for a documented function of a held-out package.
 """
 
 from __future__ import annotations
@@ -15,7 +20,8 @@ from pathlib import Path
 
 from tokenizers import Tokenizer
 
-from training.data import SourceFile, span_block_body, span_line_rest, span_lines
+from training.chat import documented_functions
+from training.data import SourceFile, span_line_rest, span_lines
 from training.tokenizer import encode
 
 PREFIX_TOKENS = 768
@@ -45,11 +51,7 @@ def _trim_suffix(tok: Tokenizer, suffix: str, max_tokens: int) -> str:
 def _draw(text: str, kind: str, rng: random.Random) -> tuple[str, tuple[int, int] | None]:
     if kind == "single":
         return "line", span_line_rest(text, rng)
-    if rng.random() < 0.5:
-        span = span_block_body(text, rng)
-        if span and text[span[0] : span[1]].strip().count("\n") >= 1:
-            return "block", span
-    return "lines", span_lines(text, rng)
+    return "lines", span_lines(text, rng, 2, 4)
 
 
 def build_eval_set(
@@ -70,11 +72,13 @@ def build_eval_set(
             middle = f.text[a:b]
             if not middle.strip() or (kind == "multi" and middle.strip().count("\n") < 1):
                 continue
+            if kind == "multi" and sum(bool(line.strip()) for line in middle.split("\n")) < 2:
+                continue
             examples.append(
                 {
                     "kind": kind,
                     "span": span_kind,
-                    "file": f.path,
+                    "file": f"{f.package}/{f.path}",
                     "prefix": _trim_prefix(tok, f.text[:a], PREFIX_TOKENS),
                     "suffix": _trim_suffix(tok, f.text[b:], SUFFIX_TOKENS),
                     "middle": middle,
@@ -82,6 +86,22 @@ def build_eval_set(
             )
             made += 1
     return examples
+
+
+def build_chat_set(files: list[SourceFile], n: int, seed: int = 1234) -> list[dict]:
+    """``n`` requests "Write a Python function that ..." from documented functions of
+    ``files``, at most two per file, in a fixed random order."""
+    rng = random.Random(seed)
+    found = []
+    for f in files:
+        examples = [e for e in documented_functions(f.text, rng) if " that " in e.request]
+        rng.shuffle(examples)
+        for e in examples[:2]:
+            request = "Write a Python function that " + e.request.split(" that ", 1)[1]
+            found.append({"request": request, "reference": e.answer, "name": e.name,
+                          "file": f"{f.package}/{f.path}"})  # fmt: skip
+    rng.shuffle(found)
+    return found[:n]
 
 
 def save_eval_set(examples: list[dict], path: str | Path) -> None:

@@ -1,94 +1,57 @@
-"""The training loop for one model: AdamW, warmup + cosine, bf16 autocast on CUDA, a wall-clock
-budget that fixes the step count once the step time is known, and held-out loss checks that
-keep the best weights."""
+"""The training loop: the target and its draft learn side by side from the same batches (the
+draft's small kernels fill time the GPU would otherwise spend idle between the target's), each
+with its own AdamW and warmup + cosine schedule; bf16 autocast on CUDA; a wall-clock budget
+fixes the step count once the step time is known; held-out loss is logged as it goes."""
 
 from __future__ import annotations
 
 import math
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 
 import torch
-from tokenizers import Tokenizer
-from tqdm import tqdm
 
-from training.data import SourceFile
-from training.pack import epoch_rows
+from training.pack import EpochBuilder
+
+__all__ = ["LoopSettings", "heldout_loss", "lr_at", "train"]
 
 
 @dataclass(slots=True)
 class LoopSettings:
-    lr: float
+    lr: tuple[float, ...]
+    """Peak learning rate of each model (target first)."""
     batch_rows: int
     seq_len: int
     budget_s: float
     """Wall-clock seconds for the whole loop; the step count is derived from it ..."""
     steps: int | None = None
     """... unless it is given here."""
-    warmup: int = 100
+    warmup: int = 150
     min_lr_ratio: float = 0.1
     weight_decay: float = 0.1
     grad_clip: float = 1.0
-    eval_every: int = 200
-    probe_start: int = 5
-    probe_steps: int = 30
+    eval_every: int = 250
+    probe_start: int = 10
+    probe_steps: int = 40
     """Steps ``probe_start``..``probe_steps`` are timed, then the step count is fixed (before
-    the end of warmup, so the schedule agrees). The next epoch's data is made ready first: its
-    preparation competes for the GIL and would make the steps look slower than they are."""
-    max_epochs: float = 10.0
-    """Without ``steps``: stop after this many passes over the data even if time is left
-    (the stdlib is small; past this the held-out loss stops improving)."""
+    the end of warmup, so the schedule agrees)."""
+    max_epochs: float = 6.0
 
     def __post_init__(self) -> None:
         if self.steps is None and not self.probe_start < self.probe_steps < self.warmup:
             raise ValueError("need probe_start < probe_steps < warmup when steps is not given")
 
 
-class EpochStream:
-    """Rows of token ids, epoch after epoch, the next epoch prepared in a background thread
-    (tokenization runs in Rust without the GIL). Deterministic for a given seed."""
-
-    def __init__(
-        self, tok: Tokenizer, files: list[SourceFile], seed: int, seq_len: int, cut_every: int = 0
-    ) -> None:
-        self._args = (tok, files, seed)
-        self._seq_len = seq_len
-        self._cut_every = cut_every
-        self._pool = ThreadPoolExecutor(max_workers=1)
-        self._epoch = 0
-        self._next = self._pool.submit(epoch_rows, tok, files, seed, 0, seq_len, cut_every)
-        self.tokens_seen_epochs: list[int] = []
-        self.wait_s = 0.0
-        """Time the training loop spent waiting for data."""
-
-    def next_epoch(self) -> torch.Tensor:
-        t0 = time.perf_counter()
-        rows = self._next.result()
-        self.wait_s += time.perf_counter() - t0
-        self._epoch += 1
-        tok, files, seed = self._args
-        self._next = self._pool.submit(
-            epoch_rows, tok, files, seed, self._epoch, self._seq_len, self._cut_every
-        )
-        self.tokens_seen_epochs.append(rows.numel())
-        return rows
-
-    def wait_ready(self) -> None:
-        """Block until the next epoch is prepared (counted as waiting for data)."""
-        t0 = time.perf_counter()
-        self._next.result()
-        self.wait_s += time.perf_counter() - t0
-
-    def close(self) -> None:
-        self._pool.shutdown(wait=False, cancel_futures=True)
-
-
-def lr_at(step: int, total: int, s: LoopSettings) -> float:
+def lr_at(step: int, total: int, s: LoopSettings, peak: float) -> float:
     if step < s.warmup:
-        return s.lr * (step + 1) / s.warmup
+        return peak * (step + 1) / s.warmup
     progress = min(1.0, (step - s.warmup) / max(1, total - s.warmup))
-    return s.lr * (s.min_lr_ratio + (1 - s.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+    return peak * (s.min_lr_ratio + (1 - s.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def _autocast(device: str) -> torch.autocast:
+    kind = "cuda" if str(device).startswith("cuda") else "cpu"
+    return torch.autocast(kind, dtype=torch.bfloat16, enabled=kind == "cuda")
 
 
 @torch.no_grad()
@@ -105,12 +68,7 @@ def heldout_loss(model: torch.nn.Module, rows: torch.Tensor, batch: int, device:
     return total / max(count, 1)
 
 
-def _autocast(device: str) -> torch.autocast:
-    kind = "cuda" if str(device).startswith("cuda") else "cpu"
-    return torch.autocast(kind, dtype=torch.bfloat16, enabled=kind == "cuda")
-
-
-def _optimizer(model: torch.nn.Module, s: LoopSettings, device: str) -> torch.optim.AdamW:
+def _optimizer(model: torch.nn.Module, s: LoopSettings, lr: float, device: str):
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     groups = [
@@ -118,101 +76,108 @@ def _optimizer(model: torch.nn.Module, s: LoopSettings, device: str) -> torch.op
         {"params": no_decay, "weight_decay": 0.0},
     ]
     fused = str(device).startswith("cuda")
-    return torch.optim.AdamW(groups, lr=s.lr, betas=(0.9, 0.95), eps=1e-8, fused=fused)
+    return torch.optim.AdamW(groups, lr=lr, betas=(0.9, 0.95), eps=1e-8, fused=fused)
+
+
+def _sync(device: str) -> None:
+    if str(device).startswith("cuda"):
+        torch.cuda.synchronize()
 
 
 def train(
-    name: str,
-    model: torch.nn.Module,
-    stream: EpochStream,
+    names: list[str],
+    models: list[torch.nn.Module],
+    data: EpochBuilder,
     val_rows: torch.Tensor,
     s: LoopSettings,
     device: str,
     seed: int,
+    log=print,
 ) -> dict:
-    """Train ``model`` in place (ending with its best held-out weights); returns the history."""
-    model.to(device).train()
-    opt = _optimizer(model, s, device)
+    """Train ``models`` in place on the same batches; returns the history of each."""
+    for m in models:
+        m.to(device).train()
+    opts = [_optimizer(m, s, lr, device) for m, lr in zip(models, s.lr, strict=True)]
     gen = torch.Generator().manual_seed(seed)
     total = s.steps or 10**9
     t_start = time.perf_counter()
-    t_probe = None
-    history: dict = {"name": name, "settings": asdict(s), "step": [], "loss": [], "val": []}
-    best = (float("inf"), -1, None)
-    pending: list[torch.Tensor] = []
+    t_probe = 0.0
+    hist: dict = {
+        "settings": asdict(s),
+        "models": {n: {"step": [], "loss": [], "val": []} for n in names},
+    }
+    pending: list[list[torch.Tensor]] = [[] for _ in models]
     rows = perm = None
-    cursor = 0
-    bar = tqdm(total=total if s.steps else None, desc=name, unit="step", mininterval=2.0)
-    step = 0
+    cursor = step = epoch = 0
     while step < total:
         if rows is None or cursor + s.batch_rows > rows.shape[0]:
-            rows = stream.next_epoch().to(device)
+            t0 = time.perf_counter()
+            rows = data.next_epoch().to(device)
+            hist.setdefault("data_wait_s", []).append(round(time.perf_counter() - t0, 2))
             perm = torch.randperm(rows.shape[0], generator=gen).to(device)
             cursor = 0
+            epoch += 1
             if s.steps is None and step == 0:
                 total = max(s.warmup + 1, int(s.max_epochs * (rows.shape[0] // s.batch_rows)))
-                history["epoch_cap_steps"] = total
-                bar.total = total
+                hist["epoch_cap_steps"] = total
         x = rows[perm[cursor : cursor + s.batch_rows]].long()
         cursor += s.batch_rows
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, total, s)
-        with _autocast(device):
-            loss = model(input_ids=x, labels=x).loss
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), s.grad_clip)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
-        pending.append(loss.detach())
+        for i, (m, opt) in enumerate(zip(models, opts, strict=True)):
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, total, s, s.lr[i])
+            with _autocast(device):
+                loss = m(input_ids=x, labels=x).loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(m.parameters(), s.grad_clip)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            pending[i].append(loss.detach())
         step += 1
         if s.steps is None and step == s.probe_start:
-            stream.wait_ready()
             _sync(device)
             t_probe = time.perf_counter()
         if s.steps is None and step == s.probe_steps:
             _sync(device)
             per_step = (time.perf_counter() - t_probe) / (s.probe_steps - s.probe_start)
             left = s.budget_s - (time.perf_counter() - t_start)
-            # held-out checks cost about one step per 50 rows of validation each time
-            total = min(total, step + max(1, int(left / per_step / 1.03)))
-            history["seconds_per_step_probe"] = per_step
-            bar.total = total
-            bar.refresh()
-        if step % 10 == 0 or step == total:
-            vals = torch.stack(pending).float().tolist()
-            history["step"] += list(range(step - len(vals) + 1, step + 1))
-            history["loss"] += vals
-            pending.clear()
-            bar.set_postfix(loss=f"{sum(vals) / len(vals):.3f}", lr=f"{lr_at(step, total, s):.1e}")
-        bar.update(1)
-        late = time.perf_counter() - t_start > 1.2 * s.budget_s  # the probe was too hopeful
-        if s.steps is None and step % 10 == 0 and step < total and late:
-            history["stopped_by_time_guard"] = step
+            # held-out checks and epoch switches cost a few percent
+            total = min(total, step + max(1, int(left / per_step / 1.05)))
+            hist["seconds_per_step_probe"] = per_step
+            log(f"[train] {per_step * 1e3:.1f} ms/step, {total} steps planned")
+        if step % 20 == 0 or step == total:
+            for i, n in enumerate(names):
+                vals = torch.stack(pending[i]).float().tolist()
+                h = hist["models"][n]
+                h["step"] += list(range(step - len(vals) + 1, step + 1))
+                h["loss"] += vals
+                pending[i].clear()
+            if step % 100 == 0:
+                lossess = " ".join(f"{n} {hist['models'][n]['loss'][-1]:.3f}" for n in names)
+                log(f"[train] step {step}/{total} epoch {epoch} {lossess} "
+                    f"{time.perf_counter() - t_start:.0f}s")  # fmt: skip
+        late = time.perf_counter() - t_start > 1.1 * s.budget_s
+        if s.steps is None and step < total and late:
+            hist["stopped_by_time_guard"] = step
             total = step
         if step % s.eval_every == 0 or step == total:
-            val = heldout_loss(model, val_rows, s.batch_rows, device)
-            history["val"].append((step, val))
-            bar.write(f"[{name}] step {step}/{total} held-out loss {val:.4f}")
-            if val < best[0]:
-                state = {k: v.detach().clone() for k, v in model.state_dict().items()}
-                best = (val, step, state)
-    bar.close()
+            for n, m in zip(names, models, strict=True):
+                val = heldout_loss(m, val_rows, s.batch_rows, device)
+                hist["models"][n]["val"].append((step, val))
+            log(f"[train] step {step} held-out " + " ".join(
+                f"{n} {hist['models'][n]['val'][-1][1]:.4f}" for n in names))  # fmt: skip
     _sync(device)
-    history["steps"] = step
-    history["seconds"] = time.perf_counter() - t_start
-    history["tokens"] = step * s.batch_rows * s.seq_len
-    history["tokens_per_s"] = history["tokens"] / history["seconds"]
-    history["epochs"] = history["tokens"] / max(1, stream.tokens_seen_epochs[0])
-    history["data_wait_s"] = stream.wait_s
-    last = history["loss"][-20:]
-    history["final_train_loss"] = sum(last) / max(1, len(last))
-    history["final_heldout_loss"] = history["val"][-1][1] if history["val"] else None
-    history["best_heldout_loss"], history["best_step"] = best[0], best[1]
-    if best[2] is not None and best[1] != step:
-        model.load_state_dict(best[2])
-    return history
-
-
-def _sync(device: str) -> None:
-    if str(device).startswith("cuda"):
-        torch.cuda.synchronize()
+    secs = time.perf_counter() - t_start
+    hist.update(
+        steps=step,
+        seconds=secs,
+        tokens=step * s.batch_rows * s.seq_len,
+        tokens_per_s=step * s.batch_rows * s.seq_len / secs,
+        epochs=step * s.batch_rows * s.seq_len / max(1, data.tokens_per_epoch[0]),
+        tokens_per_epoch=data.tokens_per_epoch[0],
+    )
+    for n in names:
+        h = hist["models"][n]
+        last = h["loss"][-20:]
+        h["final_train_loss"] = sum(last) / max(1, len(last))
+        h["final_heldout_loss"] = h["val"][-1][1] if h["val"] else None
+    return hist

@@ -1,12 +1,18 @@
-"""Byte-level BPE tokenizer with fill-in-the-middle special tokens, saved in Hugging Face format.
+"""Byte-level BPE tokenizer with fill-in-the-middle and chat special tokens, in Hugging Face
+format.
 
-Special tokens (ids 0-4, in this order): ``<|endoftext|>`` (EOS, pad and the BOS id; no BOS is
-ever added), ``<|fim_prefix|>``, ``<|fim_middle|>``, ``<|fim_suffix|>``, ``<|fim_pad|>``.
+Special tokens, ids 0-7 in this order: ``<|endoftext|>`` (EOS, pad and the BOS id; no BOS is
+ever added), ``<|fim_prefix|>``, ``<|fim_middle|>``, ``<|fim_suffix|>``, ``<|fim_pad|>``,
+``<|fim_end|>`` (end of the middle: a FIM answer stops where the suffix begins),
+``<|im_start|>``, ``<|im_end|>`` (ChatML turns).
 
-Prompt formats, as the daemon builds them:
+Formats, as the daemon builds them (prefix, suffix and middle tokenized separately):
 
-    PSM: <|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>{middle}<|endoftext|>
-    SPM: <|fim_prefix|><|fim_suffix|>{suffix}<|fim_middle|>{prefix}{middle}<|endoftext|>
+    PSM:  <|fim_prefix|>{prefix}<|fim_suffix|>{suffix}<|fim_middle|>{middle}<|fim_end|>
+    SPM:  <|fim_prefix|><|fim_suffix|>{suffix}<|fim_middle|>{prefix}{middle}<|fim_end|>
+    chat: <|im_start|>user\\n{prompt}<|im_end|>\\n<|im_start|>assistant\\n{answer}<|im_end|>\\n
+
+Training documents end in ``<|endoftext|>``.
 """
 
 from __future__ import annotations
@@ -14,25 +20,31 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Literal
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from ling_local.bench.fim_eval import (  # noqa: F401 (the format, re-exported for training)
-    EOT,
-    EOT_ID,
-    FIM_MIDDLE_ID,
-    FIM_PAD_ID,
-    FIM_PREFIX_ID,
-    FIM_SUFFIX_ID,
-    SPECIAL_TOKENS,
-    FimMode,
-    decode,
-    encode,
-    fim_prompt,
-    load_tokenizer,
-)
+EOT = "<|endoftext|>"
+FIM_PREFIX = "<|fim_prefix|>"
+FIM_MIDDLE = "<|fim_middle|>"
+FIM_SUFFIX = "<|fim_suffix|>"
+FIM_PAD = "<|fim_pad|>"
+FIM_END = "<|fim_end|>"
+IM_START = "<|im_start|>"
+IM_END = "<|im_end|>"
+SPECIAL_TOKENS = [EOT, FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX, FIM_PAD, FIM_END, IM_START, IM_END]
+(EOT_ID, FIM_PREFIX_ID, FIM_MIDDLE_ID, FIM_SUFFIX_ID, FIM_PAD_ID, FIM_END_ID, IM_START_ID,
+ IM_END_ID) = range(8)  # fmt: skip
+VOCAB_SIZE = 12288
 
-VOCAB_SIZE = 8192
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
+    "{{ message['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+"""ChatML, the same text as ling_local.prompts builds for ``chat_template = "chatml"``."""
+
+FimMode = Literal["psm", "spm"]
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = VOCAB_SIZE) -> Tokenizer:
@@ -58,7 +70,7 @@ def save_hf_tokenizer(tok: Tokenizer, out_dir: str | Path, model_max_length: int
     """Write tokenizer.json plus the small config files that ``AutoTokenizer`` reads."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    tok.save(str(out / "tokenizer.json"))
+    tok.save(str(out / "tokenizer.json"), pretty=False)
     specials = {"eos_token": EOT, "pad_token": EOT, "unk_token": EOT, "bos_token": EOT}
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -68,6 +80,7 @@ def save_hf_tokenizer(tok: Tokenizer, out_dir: str | Path, model_max_length: int
         "clean_up_tokenization_spaces": False,
         "padding_side": "left",
         "additional_special_tokens": SPECIAL_TOKENS[1:],
+        "chat_template": CHAT_TEMPLATE,
         **specials,
     }
     (out / "tokenizer_config.json").write_text(json.dumps(config, indent=2) + "\n")
@@ -75,12 +88,51 @@ def save_hf_tokenizer(tok: Tokenizer, out_dir: str | Path, model_max_length: int
     (out / "special_tokens_map.json").write_text(json.dumps(special_map, indent=2) + "\n")
 
 
+def load_tokenizer(model_dir: str | Path) -> Tokenizer:
+    """The raw ``tokenizers`` object: fast, and free of transformers' decode clean-ups."""
+    return Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
+
+
+def encode(tok: Tokenizer, text: str) -> list[int]:
+    return tok.encode(text, add_special_tokens=False).ids
+
+
 def encode_batch(tok: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
     return [e.ids for e in tok.encode_batch(list(texts), add_special_tokens=False)]
+
+
+def decode(tok: Tokenizer, ids: Sequence[int]) -> str:
+    return tok.decode(list(ids), skip_special_tokens=False)
+
+
+def fim_prompt(prefix_ids: list[int], suffix_ids: list[int], mode: FimMode = "psm") -> list[int]:
+    """Token ids of a FIM prompt; the model continues with the middle, then ``<|fim_end|>``."""
+    if mode == "psm":
+        return [FIM_PREFIX_ID, *prefix_ids, FIM_SUFFIX_ID, *suffix_ids, FIM_MIDDLE_ID]
+    if mode == "spm":
+        return [FIM_PREFIX_ID, FIM_SUFFIX_ID, *suffix_ids, FIM_MIDDLE_ID, *prefix_ids]
+    raise ValueError(f"unknown FIM mode {mode!r} (expected 'psm' or 'spm')")
 
 
 def fim_example(
     prefix_ids: list[int], middle_ids: list[int], suffix_ids: list[int], mode: FimMode
 ) -> list[int]:
-    """A full training example: the prompt, the middle, and the end-of-text token."""
-    return [*fim_prompt(prefix_ids, suffix_ids, mode), *middle_ids, EOT_ID]
+    """A full training example: the prompt, the middle, ``<|fim_end|>``, ``<|endoftext|>``."""
+    return [*fim_prompt(prefix_ids, suffix_ids, mode), *middle_ids, FIM_END_ID, EOT_ID]
+
+
+def chat_prompt(tok: Tokenizer, user: str) -> list[int]:
+    """The ids of a one-turn ChatML prompt, up to the assistant's first token."""
+    return [
+        IM_START_ID, *encode(tok, "user\n" + user), IM_END_ID, *encode(tok, "\n"),
+        IM_START_ID, *encode(tok, "assistant\n"),
+    ]  # fmt: skip
+
+
+def chat_example(tok_ids_user: list[int], tok_ids_answer: list[int], nl: list[int]) -> list[int]:
+    """A full ChatML training example from pre-encoded pieces (``user\\n{prompt}`` and
+    ``assistant\\n{answer}``), ending in ``<|endoftext|>``."""
+    return [
+        IM_START_ID, *tok_ids_user, IM_END_ID, *nl,
+        IM_START_ID, *tok_ids_answer, IM_END_ID, *nl, EOT_ID,
+    ]  # fmt: skip

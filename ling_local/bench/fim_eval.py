@@ -37,6 +37,8 @@ FIM_PREFIX = "<|fim_prefix|>"
 FIM_MIDDLE = "<|fim_middle|>"
 FIM_SUFFIX = "<|fim_suffix|>"
 FIM_PAD = "<|fim_pad|>"
+FIM_END = "<|fim_end|>"
+"""End of the middle (models trained since issue 25 end a FIM answer with it)."""
 SPECIAL_TOKENS = [EOT, FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX, FIM_PAD]
 EOT_ID, FIM_PREFIX_ID, FIM_MIDDLE_ID, FIM_SUFFIX_ID, FIM_PAD_ID = range(5)
 
@@ -204,9 +206,17 @@ def heal_prefix(
     on a token boundary. Returns (prefix ids, dropped text, allowed first tokens)."""
     if not prefix_ids:
         return prefix_ids, "", None
+    specials = set(tok.get_added_tokens_decoder())
     dropped = token_texts[prefix_ids[-1]]
-    allowed = [i for i, t in enumerate(token_texts) if i > FIM_PAD_ID and t.startswith(dropped)]
+    allowed = [i for i, t in enumerate(token_texts) if i not in specials and t.startswith(dropped)]
     return prefix_ids[:-1], dropped, allowed
+
+
+def end_ids(tok: Tokenizer) -> set[int]:
+    """The tokens that end a FIM answer: ``<|endoftext|>`` and, where the vocabulary has it,
+    ``<|fim_end|>``."""
+    fim_end = tok.token_to_id(FIM_END)
+    return {EOT_ID} | ({fim_end} if fim_end is not None else set())
 
 
 def _batches(order: list[int], size: int) -> list[list[int]]:
@@ -226,11 +236,12 @@ def model_predictor(
     the (prompt ids, generated ids) when given. ``token_healing``: see :func:`heal_prefix`
     (not part of the standard protocol; the daemon does not heal)."""
     newline_ids = newline_token_ids(tok)
+    ends = end_ids(tok)
     texts_of = [decode(tok, [i]) for i in range(tok.get_vocab_size())] if token_healing else []
 
     def predict(examples: list[dict]) -> list[str]:
         kind = examples[0]["kind"]
-        stop = {EOT_ID} | (newline_ids if kind == "single" else set())
+        stop = ends | (newline_ids if kind == "single" else set())
         prompts, dropped, allowed = [], [], []
         for e in examples:
             prefix_ids = encode(tok, e["prefix"])
@@ -255,7 +266,7 @@ def model_predictor(
                 gens[i] = o
         texts = []
         for g, drop in zip(gens, dropped, strict=True):
-            text = decode(tok, [t for t in g if t != EOT_ID])[len(drop) :]
+            text = decode(tok, [t for t in g if t not in ends])[len(drop) :]
             texts.append(text.split("\n", 1)[0] if kind == "single" else text)
         if record is not None:
             record[kind] = (prompts, gens)
