@@ -90,13 +90,13 @@ def build_eval_set(
 
 def build_chat_set(files: list[SourceFile], n: int, seed: int = 1234) -> list[dict]:
     """``n`` requests "Write a Python function that ..." from documented functions of
-    ``files``, at most two per file, in a fixed random order."""
+    ``files``, at most four per file, in a fixed random order."""
     rng = random.Random(seed)
     found = []
     for f in files:
         examples = [e for e in documented_functions(f.text, rng) if " that " in e.request]
         rng.shuffle(examples)
-        for e in examples[:2]:
+        for e in examples[:4]:
             request = "Write a Python function that " + e.request.split(" that ", 1)[1]
             found.append({"request": request, "reference": e.answer, "name": e.name,
                           "file": f"{f.package}/{f.path}"})  # fmt: skip

@@ -149,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             "python": platform.python_version(),
             "torch": torch.__version__,
             "transformers": transformers.__version__,
-            "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
+            "device": args.device,  # named after the data workers fork (CUDA not yet touched)
             "cpus": os.cpu_count(),
         },
         "timings_s": {},
@@ -197,6 +197,8 @@ def _run(args: argparse.Namespace, out: Path, log: dict, mark) -> None:
         (tok_dir / "tokenizer.json").read_text(), files, args.seed, seq_len,
         args.cut_every, args.chat_share, 2 if args.smoke else args.workers,
     )  # fmt: skip
+    if args.device.startswith("cuda"):
+        log["env"]["device"] = torch.cuda.get_device_name()
     log["data"]["chat_pool"] = len(data.chats)
     log["data"]["chats_per_epoch"] = data.chats_per_epoch
     val_docs = make_docs(val_files, random.Random(args.seed + 1), cut_every=args.cut_every)
