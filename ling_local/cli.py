@@ -161,9 +161,11 @@ def bench_quality(
     model_dir: str | None = None,
     draft_dir: str | None = None,
     accept_limit: int = 20,
+    chat_limit: Annotated[int, typer.Option(help="chat requests on the daemon path (0: none)")] = 50,
     json_out: str | None = None,
 ) -> None:
-    """FIM quality of the tiny model on held-out stdlib files vs two baselines."""
+    """Quality of the tiny model on held-out packages: FIM against two baselines, chat that
+    writes a function, the examples of issue 25."""
     from ling_local.bench.quality import run_quality
 
     run_quality(
@@ -178,6 +180,7 @@ def bench_quality(
         accept_limit,
         token_healing,
         profile=profile or None,
+        chat_limit=chat_limit,
     )
 
 

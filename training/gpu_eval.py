@@ -4,10 +4,8 @@ the daemon's own prompt path; these are for the training log."""
 
 from __future__ import annotations
 
-import ast
 import gzip
 import json
-import re
 import time
 from pathlib import Path
 
@@ -25,35 +23,9 @@ from training.tokenizer import (
     fim_prompt,
 )
 
-__all__ = ["fenced_code", "run_eval", "runs_into_suffix"]
+__all__ = ["run_eval"]
 
 MAX_NEW = {"single": 48, "multi": 128}
-_FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)(?:\n```|$)", re.S)
-
-
-def fenced_code(text: str) -> str | None:
-    """The first fenced code block of a chat answer (an unclosed fence runs to the end)."""
-    m = _FENCE.search(text)
-    return m.group(1) if m else None
-
-
-def parses(code: str | None) -> bool:
-    if code is None or not code.strip():
-        return False
-    try:
-        ast.parse(code)
-    except (SyntaxError, ValueError):
-        return False
-    return True
-
-
-def runs_into_suffix(pred: str, example: dict) -> bool:
-    """Whether a multi-line answer goes on into the suffix: it contains the suffix's first
-    non-blank line (when that line is not also part of the expected middle)."""
-    first = next((ln.strip() for ln in example["suffix"].split("\n") if ln.strip()), "")
-    if len(first) < 4 or first in {ln.strip() for ln in example["middle"].split("\n")}:
-        return False
-    return first in {ln.strip() for ln in pred.split("\n")}
 
 
 def _load(path: Path) -> list[dict]:
@@ -82,34 +54,6 @@ def fim_predict(model, tok: Tokenizer, examples: list[dict], mode: str, device, 
     return texts, prompts, gens
 
 
-def fim_scores(preds: list[str], examples: list[dict]) -> dict:
-    n = len(examples)
-    out = {
-        "n": n,
-        "exact_match": sum(ev.exact_match(p, e["middle"]) for p, e in zip(preds, examples, strict=False)) / n,
-        "edit_similarity": sum(
-            ev.edit_similarity(p, e["middle"]) for p, e in zip(preds, examples, strict=False)
-        ) / n,
-    }  # fmt: skip
-    if examples[0]["kind"] == "multi":
-        out["runs_into_suffix"] = (
-            sum(runs_into_suffix(p, e) for p, e in zip(preds, examples, strict=False)) / n
-        )
-    return out
-
-
-def repeat_previous_lines(example: dict) -> str:
-    """Baseline: for a single line, the previous non-blank line from the cursor's column on;
-    for a gap of n lines, the n lines before it again."""
-    head, _, current = example["prefix"].rpartition("\n")
-    if example["kind"] == "single":
-        prev = next((ln for ln in reversed(head.split("\n")) if ln.strip()), "")
-        return prev[len(current) :]
-    n = example["middle"].rstrip("\n").count("\n") + 1
-    lines = example["prefix"].rstrip("\n").split("\n")[-n:]
-    return "\n".join(lines) + "\n"
-
-
 @torch.inference_mode()
 def chat_answers(model, tok: Tokenizer, requests: list[str], device, max_new: int = 256):
     prompts = [chat_prompt(tok, r) for r in requests]
@@ -132,8 +76,8 @@ def run_eval(
     record = {}
     for kind in ("single", "multi"):
         subset = [e for e in examples if e["kind"] == kind][:limit]
-        result["fim"].setdefault("repeat_previous_lines", {})[kind] = fim_scores(
-            [repeat_previous_lines(e) for e in subset], subset
+        result["fim"].setdefault("repeat_previous_lines", {})[kind] = ev.score(
+            [ev.repeat_previous_line(e) for e in subset], subset
         )
         for name, model, mode in (("target_spm", target, "spm"), ("target_psm", target, "psm"),
                                   ("draft_spm", draft, "spm")):  # fmt: skip
@@ -141,18 +85,15 @@ def run_eval(
                 result["stopped_early"] = True
                 return result
             preds, prompts, gens = fim_predict(model, tok, subset, mode, device, batch)
-            result["fim"].setdefault(name, {})[kind] = fim_scores(preds, subset)
+            result["fim"].setdefault(name, {})[kind] = ev.score(preds, subset)
             if name == "target_spm":
                 record[kind] = (prompts, gens)
             print(f"[eval] {name} {kind}: {result['fim'][name][kind]}", flush=True)
     chats = _load(bundle / "chat_eval_set.jsonl.gz")[:50]
     if time.perf_counter() - t0 < deadline_s and chats:
         answers = chat_answers(target, tok, [c["request"] for c in chats], device, chat_max_new)
-        fenced = [fenced_code(a) for a in answers]
         result["chat"] = {
-            "n": len(chats),
-            "fenced": sum(f is not None for f in fenced) / len(chats),
-            "fenced_parses": sum(parses(f) for f in fenced) / len(chats),
+            **ev.chat_scores(answers),
             "samples": [{"request": c["request"], "answer": a}
                         for c, a in zip(chats[:5], answers[:5], strict=False)],
         }  # fmt: skip

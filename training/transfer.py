@@ -15,7 +15,7 @@ from pathlib import Path
 
 import torch
 
-__all__ = ["pack_weights", "unpack_weights"]
+__all__ = ["pack_weights", "restore_checkpoint", "unpack_weights"]
 
 MAX_PART = 15 * 1000 * 1000
 
@@ -63,3 +63,46 @@ def unpack_weights(src: str | Path, name: str) -> dict[str, torch.Tensor]:
         state[key] = flat[at : at + size].view(shape).clone()
         at += size
     return state
+
+
+def restore_checkpoint(parts_dir: str | Path, name: str, meta_dir: str | Path, out_dir: str | Path):
+    """A Hugging Face folder (bf16, shards <= 15 MB) from packed weights and the run's
+    config and tokenizer files (``meta_dir``: ``tiny/`` of the run's bundle.tar.gz)."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    meta_dir, out_dir = Path(meta_dir), Path(out_dir)
+    config = AutoConfig.from_pretrained(meta_dir)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    missing, unexpected = model.load_state_dict(unpack_weights(parts_dir, name), strict=False)
+    if unexpected or set(missing) - {"lm_head.weight"}:
+        raise ValueError(f"{name}: missing {missing}, unexpected {unexpected}")
+    model.tie_weights()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for old in out_dir.glob("*.safetensors*"):
+        old.unlink()
+    model.save_pretrained(out_dir, max_shard_size="15MB")
+    for f in meta_dir.iterdir():
+        if f.name != "config.json":
+            (out_dir / f.name).write_bytes(f.read_bytes())
+    return model
+
+
+def main(argv: list[str] | None = None) -> int:
+    import argparse
+
+    p = argparse.ArgumentParser(
+        prog="python -m training.transfer",
+        description="Restore the run's models into Hugging Face folders.",
+    )
+    p.add_argument("--parts", type=Path, required=True, help="folder with NAME.w000 ...")
+    p.add_argument("--bundle", type=Path, required=True, help="the unpacked bundle.tar.gz")
+    p.add_argument("--out", type=Path, required=True, help="e.g. ling_local/models")
+    args = p.parse_args(argv)
+    for name in ("tiny", "tiny-draft"):
+        restore_checkpoint(args.parts, name, args.bundle / name, args.out / name)
+        print(f"{name}: {sorted(f.name for f in (args.out / name).iterdir())}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

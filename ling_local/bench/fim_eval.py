@@ -18,9 +18,11 @@ the mean over every position j of every continuation.
 
 from __future__ import annotations
 
+import ast
 import gzip
 import inspect
 import json
+import re
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -30,7 +32,9 @@ import torch
 from tokenizers import Tokenizer
 
 EVAL_SET = Path(__file__).resolve().parent / "data" / "fim_eval_set.jsonl.gz"
-"""Fixed FIM examples from held-out files (built by training/evalset.py)."""
+"""Fixed FIM examples from the held-out packages (built by training/evalset.py)."""
+CHAT_EVAL_SET = Path(__file__).resolve().parent / "data" / "chat_eval_set.jsonl.gz"
+""""Write a Python function that ..." requests from the held-out packages' docstrings."""
 
 EOT = "<|endoftext|>"
 FIM_PREFIX = "<|fim_prefix|>"
@@ -276,20 +280,62 @@ def model_predictor(
 
 
 def repeat_previous_line(example: dict) -> str:
-    """Baseline: the previous non-blank line, from the cursor's column on (single-line), or
-    repeated once as a whole line (multi-line)."""
+    """Baseline: the previous non-blank line, from the cursor's column on (single-line); for a
+    gap of n lines, the n lines before it again ("repeat the previous lines")."""
     head, _, current = example["prefix"].rpartition("\n")
-    prev = next((line for line in reversed(head.split("\n")) if line.strip()), "")
     if example["kind"] == "single":
+        prev = next((line for line in reversed(head.split("\n")) if line.strip()), "")
         return prev[len(current) :]
-    return prev + "\n"
+    n = example["middle"].rstrip("\n").count("\n") + 1
+    return "\n".join(example["prefix"].rstrip("\n").split("\n")[-n:]) + "\n"
+
+
+def runs_into_suffix(pred: str, example: dict) -> bool:
+    """Whether an answer goes on into the suffix: it contains the suffix's first non-blank
+    line (when that line is not also a line of the expected middle)."""
+    first = next((ln.strip() for ln in example["suffix"].split("\n") if ln.strip()), "")
+    if len(first) < 4 or first in {ln.strip() for ln in example["middle"].split("\n")}:
+        return False
+    return first in {ln.strip() for ln in pred.split("\n")}
 
 
 def score(preds: list[str], examples: list[dict]) -> dict[str, float]:
     n = len(examples)
-    em = sum(exact_match(p, e["middle"]) for p, e in zip(preds, examples, strict=True))
-    es = sum(edit_similarity(p, e["middle"]) for p, e in zip(preds, examples, strict=True))
-    return {"n": n, "exact_match": em / n, "edit_similarity": es / n}
+    pairs = list(zip(preds, examples, strict=True))
+    em = sum(exact_match(p, e["middle"]) for p, e in pairs)
+    es = sum(edit_similarity(p, e["middle"]) for p, e in pairs)
+    runs_on = sum(runs_into_suffix(p, e) for p, e in pairs if e["kind"] == "multi")
+    return {"n": n, "exact_match": em / n, "edit_similarity": es / n, "runs_into_suffix": runs_on / n}
+
+
+_FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)(?:\n```|$)", re.S)
+
+
+def fenced_code(text: str) -> str | None:
+    """The first fenced code block of a chat answer (an unclosed fence runs to the end)."""
+    m = _FENCE.search(text)
+    return m.group(1) if m else None
+
+
+def parses(code: str | None) -> bool:
+    if code is None or not code.strip():
+        return False
+    try:
+        ast.parse(code)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def chat_scores(answers: list[str]) -> dict[str, float]:
+    """Share of answers with a fenced code block, and with one that ``ast.parse``s."""
+    blocks = [fenced_code(a) for a in answers]
+    n = max(1, len(answers))
+    return {
+        "n": len(answers),
+        "fenced": sum(b is not None for b in blocks) / n,
+        "fenced_parses": sum(parses(b) for b in blocks) / n,
+    }
 
 
 def evaluate_system(

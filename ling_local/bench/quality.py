@@ -1,9 +1,12 @@
-"""`ling-local bench quality`: FIM quality of the shipped tiny model on held-out stdlib files.
+"""`ling-local bench quality`: quality of the shipped tiny model on held-out packages.
 
-Compares the model with two baselines on the shipped eval set (ling_local/bench/data/fim_eval_set.jsonl.gz):
-the same architecture with untrained random weights, and "repeat the previous line". Reports
-exact match and edit similarity (see ling_local.bench.fim_eval), and the draft's acceptance
+FIM: compares the model with two baselines on the shipped eval set
+(ling_local/bench/data/fim_eval_set.jsonl.gz): the same architecture with untrained random
+weights, and "repeat the previous line(s)". Reports exact match, edit similarity and (multi-line)
+answers that run on into the suffix (see ling_local.bench.fim_eval), and the draft's acceptance
 length against the target for block sizes 4 and 8, measured along the target's own outputs.
+With a profile, also through the daemon's own prompt path: FIM, chat ("Write a Python function
+that ..." from held-out docstrings: a fenced block that parses?) and the examples of issue 25.
 """
 
 from __future__ import annotations
@@ -19,7 +22,13 @@ from rich.table import Table
 
 from ling_local.bench import fim_eval as ev
 from ling_local.bench import progress
-from ling_local.bench.fim_eval import EVAL_SET, FimMode, load_eval_set, load_tokenizer
+from ling_local.bench.fim_eval import (
+    CHAT_EVAL_SET,
+    EVAL_SET,
+    FimMode,
+    load_eval_set,
+    load_tokenizer,
+)
 from ling_local.config import builtin_model_dir
 
 __all__ = ["run_quality"]
@@ -56,6 +65,7 @@ def run_quality(
     token_healing: bool = False,
     console: Console | None = None,
     profile: str | None = "tiny",
+    chat_limit: int = 50,
 ) -> dict:
     """Score the model and both baselines on ``limit`` examples of each kind; print a table.
 
@@ -82,12 +92,13 @@ def run_quality(
         "repeat-prev-line": lambda exs: [ev.repeat_previous_line(e) for e in exs],
     }  # fmt: skip
     if profile:  # the product path: the engine with the profile's prompt format
-        from ling_local.bench.quality_daemon import daemon_predictor
+        from ling_local.bench.quality_daemon import daemon_examples, daemon_predictor
         from ling_local.config import load_profile
 
         prof = load_profile(profile)
         prof.model.path = model_dir
         prof.model.device = device
+        prof.model.draft_path = None
         systems = {f"daemon path ({prof.name}: {prof.prompt.fim_format}"
                    f"{', healing' if prof.prompt.token_healing else ''})":
                    daemon_predictor(prof), **systems}  # fmt: skip
@@ -112,8 +123,20 @@ def run_quality(
             gens = [g for kind in record for g in record[kind][1][:accept_limit]]
             result["draft_dir"] = draft_dir
             result["acceptance"] = ev.acceptance_lengths(model, draft, prompts, gens, device)
+        if profile and chat_limit:
+            status.update("chat through the daemon's prompt path...")
+            result["chat"] = _chat(prof, chat_limit)
+            result["issue_examples"] = daemon_examples(prof)
     result["seconds"] = time.perf_counter() - t0
     console.print(quality_table(result))
+    if "chat" in result:
+        c = result["chat"]
+        console.print(
+            f"chat ({c['n']} held-out 'Write a Python function that ...' requests, greedy): "
+            f"fenced block {c['fenced']:.0%}, fenced block that parses {c['fenced_parses']:.0%}"
+        )
+        for ex in result["issue_examples"]:
+            console.print(f"[bold]{ex['name']}[/bold]: {ex['output']!r}", markup=True)
     if "acceptance" in result:
         a = result["acceptance"]
         console.print(
@@ -126,9 +149,20 @@ def run_quality(
     return result
 
 
+def _chat(profile, limit: int) -> dict:
+    import gzip
+
+    from ling_local.bench.quality_daemon import daemon_chat
+
+    with gzip.open(CHAT_EVAL_SET, "rt", encoding="utf-8") as fh:
+        requests = [json.loads(line)["request"] for line in fh if line.strip()][:limit]
+    answers = daemon_chat(profile, requests)
+    return {**ev.chat_scores(answers), "answers": answers, "requests": requests}
+
+
 def quality_table(result: dict) -> Table:
     table = Table(
-        title=f"FIM quality on held-out stdlib files ({result['mode'].upper()}"
+        title=f"FIM quality on held-out packages ({result['mode'].upper()}"
         f"{', token healing' if result.get('token_healing') else ''}, "
         f"{result['examples']} examples, {result['device']})"
     )
@@ -136,12 +170,14 @@ def quality_table(result: dict) -> Table:
     for kind in ("single", "multi"):
         table.add_column(f"{kind} EM", justify="right")
         table.add_column(f"{kind} ES", justify="right")
+    table.add_column("multi runs on", justify="right")
     table.add_column("seconds", justify="right")
     for name, scores in result["systems"].items():
         cells = []
         for kind in ("single", "multi"):
             s = scores.get(kind, {"exact_match": float("nan"), "edit_similarity": float("nan")})
             cells += [f"{s['exact_match']:.1%}", f"{s['edit_similarity']:.3f}"]
+        cells.append(f"{scores.get('multi', {}).get('runs_into_suffix', float('nan')):.1%}")
         secs = sum(scores[k].get("seconds", 0.0) for k in ("single", "multi") if k in scores)
         table.add_row(name, *cells, f"{secs:.1f}")
     return table
@@ -164,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--token-healing", action="store_true", help="re-generate the cursor's token")
     p.add_argument("--eval-set", help="another eval_set.jsonl.gz (default: the shipped one)")
     p.add_argument("--json-out", help="write all numbers here as JSON")
+    p.add_argument("--chat-limit", type=int, default=50, help="chat requests (0: no chat)")
     p.add_argument(
         "--profile",
         default="tiny",
@@ -182,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         a.accept_limit,
         a.token_healing,
         profile=a.profile or None,
+        chat_limit=a.chat_limit,
     )
     return 0
 

@@ -13,7 +13,7 @@ from ling_local.engines.base import GenerationRequest, Priority, SamplingParams
 from ling_local.engines.embedded.torch_engine import TorchEngine
 from ling_local.prompts import PromptBuilder
 
-__all__ = ["daemon_predictor"]
+__all__ = ["ISSUE_EXAMPLES", "daemon_chat", "daemon_examples", "daemon_predictor"]
 
 MAX_NEW = {"single": 48, "multi": 128}
 
@@ -53,3 +53,79 @@ def daemon_predictor(profile: Profile) -> Callable[[list[dict]], list[str]]:
         return out
 
     return lambda examples: asyncio.run(run(examples))
+
+
+def _collect(engine: TorchEngine, built, max_tokens: int, temperature: float = 0.0):
+    async def run() -> str:
+        request = GenerationRequest(
+            prompt=built.text,
+            prompt_ids=built.ids,
+            priority=Priority.CHAT,
+            sampling=SamplingParams(
+                max_tokens=max_tokens,
+                temperature=temperature,
+                stop=built.stop,
+                stop_token_ids=built.stop_token_ids,
+            ),
+            first_token_ids=built.first_token_ids,
+            heal_text=built.heal_text,
+        )
+        return "".join([delta.text async for delta in engine.stream(request)])
+
+    return run()
+
+
+def daemon_chat(profile: Profile, requests: list[str], max_tokens: int = 256) -> list[str]:
+    """Greedy answers to one-turn chat requests, with the profile's chat template."""
+
+    async def run() -> list[str]:
+        engine = TorchEngine(profile)
+        await engine.start()
+        prompts = PromptBuilder(profile.prompt, engine.tokenizer)
+        try:
+            return [
+                await _collect(engine, prompts.chat([{"role": "user", "content": r}]), max_tokens)
+                for r in requests
+            ]
+        finally:
+            await engine.stop()
+
+    return asyncio.run(run())
+
+
+#: The examples of issue 25, verbatim: (name, kind, prompt, suffix or None, max_tokens).
+ISSUE_EXAMPLES: list[tuple[str, str, str, str | None, int]] = [
+    ("README fibonacci", "completion", "def fibonacci(n):\n", None, 48),
+    ("class Point __init__", "completion", "class Point:\n    def __init__(self, x, y):\n",
+     None, 48),
+    ("with open FIM", "completion", "with open(path, ", ") as f:\n    data = f.read()\n", 48),
+    ("from collections import (space)", "completion", "from collections import ", None, 16),
+    ("from collections import", "completion", "from collections import", None, 16),
+    ("TUI reverse a string", "chat", "Write a Python function that reverses a string.", None,
+     256),
+]  # fmt: skip
+
+
+def daemon_examples(profile: Profile) -> list[dict]:
+    """The issue's examples through the daemon's prompt path (greedy)."""
+
+    async def run() -> list[dict]:
+        engine = TorchEngine(profile)
+        await engine.start()
+        prompts = PromptBuilder(
+            profile.prompt, engine.tokenizer, heal=engine.supports_token_healing
+        )
+        out = []
+        try:
+            for name, kind, prompt, suffix, max_tokens in ISSUE_EXAMPLES:
+                if kind == "chat":
+                    built = prompts.chat([{"role": "user", "content": prompt}])
+                else:
+                    built = prompts.completion(prompt, suffix)
+                text = await _collect(engine, built, max_tokens)
+                out.append({"name": name, "prompt": prompt, "suffix": suffix, "output": text})
+        finally:
+            await engine.stop()
+        return out
+
+    return asyncio.run(run())
