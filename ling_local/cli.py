@@ -161,7 +161,9 @@ def bench_quality(
     model_dir: str | None = None,
     draft_dir: str | None = None,
     accept_limit: int = 20,
-    chat_limit: Annotated[int, typer.Option(help="chat requests on the daemon path (0: none)")] = 50,
+    chat_limit: Annotated[
+        int, typer.Option(help="chat requests on the daemon path (0: none)")
+    ] = 50,
     json_out: str | None = None,
 ) -> None:
     """Quality of the tiny model on held-out packages: FIM against two baselines, chat that

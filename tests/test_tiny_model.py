@@ -263,5 +263,6 @@ def test_prepare_and_train_smoke_run_end_to_end(tmp_path: Path) -> None:
         tar.extractall(tmp_path / "meta", filter="data")
     assert {"tiny/config.json", "tiny-draft/tokenizer.json", "train_log.json"} <= names
     restored = restore_checkpoint(export, "tiny", tmp_path / "meta" / "tiny", tmp_path / "r")
-    for (k, a), b in zip(reloaded.state_dict().items(), restored.state_dict().values()):
+    pairs = zip(reloaded.state_dict().items(), restored.state_dict().values(), strict=True)
+    for (k, a), b in pairs:
         assert torch.equal(a.to(torch.bfloat16), b), k

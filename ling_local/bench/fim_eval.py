@@ -305,7 +305,12 @@ def score(preds: list[str], examples: list[dict]) -> dict[str, float]:
     em = sum(exact_match(p, e["middle"]) for p, e in pairs)
     es = sum(edit_similarity(p, e["middle"]) for p, e in pairs)
     runs_on = sum(runs_into_suffix(p, e) for p, e in pairs if e["kind"] == "multi")
-    return {"n": n, "exact_match": em / n, "edit_similarity": es / n, "runs_into_suffix": runs_on / n}
+    return {
+        "n": n,
+        "exact_match": em / n,
+        "edit_similarity": es / n,
+        "runs_into_suffix": runs_on / n,
+    }
 
 
 _FENCE = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)(?:\n```|$)", re.S)
