@@ -15,6 +15,7 @@ from ling_local.tokenization import TextTokenizer
 __all__ = ["BuiltPrompt", "PromptBuilder"]
 
 _PLAIN_STOP = "\n### User:"
+_TURN_ENDS = ("<|im_end|>",)
 
 
 @dataclass(slots=True)
@@ -140,7 +141,10 @@ class PromptBuilder:
         if style == "model" and self.tokenizer is not None and self.tokenizer.chat_template:
             text = self.tokenizer.apply_chat_template(messages)
             ids = self.tokenizer.encode_with_specials(text)
-            return BuiltPrompt(text, ids, self.stop, self.stop_token_ids)
+            # a ChatML template ends each turn with <|im_end|>: the answer stops there
+            ends = [t for t in _TURN_ENDS if t in self.tokenizer.chat_template]
+            stops = list(dict.fromkeys([*self.settings.stop, *ends]))
+            return BuiltPrompt(text, ids, tuple(stops), self._stop_ids(stops))
         if style == "chatml":
             text = (
                 "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages)

@@ -97,7 +97,14 @@ def _daemon_path(examples: list[dict]) -> list[str]:
 @pytest.mark.parametrize(
     "prefix",
     [
-        "def fibonacci(n):\n",
+        pytest.param(
+            "def fibonacci(n):\n",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="a bare signature at the end of a file gets a looping docstring; "
+                "training/MODEL_CARD.md, 'Known limits' 4",
+            ),
+        ),
         "class Person:\n    def __init__(self, name, age):\n",
     ],
 )
@@ -169,6 +176,20 @@ def ast_ok(completion: str, prefix: str) -> bool:
         except SyntaxError:
             continue
     return False
+
+
+@pytest.mark.parametrize("template", ["chatml", "model"])
+def test_chat_prompt_is_the_trained_chatml_and_stops_at_im_end(template: str) -> None:
+    from ling_local.prompts import PromptBuilder
+    from ling_local.tokenization import load_tokenizer as load_text_tokenizer
+
+    settings = _profile().prompt.model_copy(update={"chat_template": template})
+    tokenizer = load_text_tokenizer(str(TINY_DIR))
+    built = PromptBuilder(settings, tokenizer).chat([{"role": "user", "content": "hi"}])
+    assert built.text == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
+    assert built.ids[0] == SPECIAL_TOKENS.index("<|im_start|>")
+    assert SPECIAL_TOKENS.index("<|im_end|>") in built.stop_token_ids
+    assert SPECIAL_TOKENS.index("<|fim_end|>") in built.stop_token_ids
 
 
 def test_chat_writes_a_function_in_a_fenced_block() -> None:
