@@ -77,7 +77,7 @@ def _check_ttft(stream) -> None:
 
 def test_first_chunk_time_counts_from_before_the_request_is_sent(daemon: DaemonProcess) -> None:
     with daemon.client(transport=SlowHeaders()) as client:
-        stream = client.stream_complete("def f(x):\n", max_tokens=6, ignore_eos=True)
+        stream = client.stream_complete("def f(x):\n", max_tokens=32, ignore_eos=True)
         stream.result()
     _check_ttft(stream)
 
@@ -87,7 +87,7 @@ async def test_async_first_chunk_time_counts_from_before_the_request_is_sent(
 ) -> None:
     async with daemon.async_client(transport=AsyncSlowHeaders()) as client:
         stream = await client.stream_chat(
-            [{"role": "user", "content": "hi"}], max_tokens=6, ignore_eos=True
+            [{"role": "user", "content": "hi"}], max_tokens=32, ignore_eos=True
         )
         async with stream:
             await stream.result()

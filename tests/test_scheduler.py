@@ -58,7 +58,9 @@ async def test_completion_pauses_a_running_chat_which_then_resumes_intact(engine
 async def test_without_preemption_priority_orders_the_queue(engine) -> None:
     sched = Scheduler(engine, SchedulerSettings(max_running=1, preempt=False), Metrics())
     log: list = []
-    blocker = asyncio.create_task(_run(sched, _req("x = 0\n", Priority.AGENT, 30), log, "blocker"))
+    blocker = asyncio.create_task(
+        _run(sched, _req("x = 0\n", Priority.AGENT, 1000), log, "blocker")
+    )
     while ("first", "blocker") not in log:
         await asyncio.sleep(0.001)
     tasks = [
@@ -69,8 +71,9 @@ async def test_without_preemption_priority_orders_the_queue(engine) -> None:
             ("c = 3\n", Priority.COMPLETION, "completion"),
         )
     ]
-    await asyncio.sleep(0.01)
-    assert sched.queued == 3 and sched.running == 1
+    while sched.queued < 3:  # the three wait behind the blocker (which runs ~1,000 steps)
+        await asyncio.sleep(0.001)
+    assert sched.running == 1 and ("first", "blocker") in log
     await asyncio.gather(blocker, *tasks)
     starts = [name for kind, name in log if kind == "first"]
     assert starts == ["blocker", "completion", "chat", "agent"]
@@ -80,7 +83,7 @@ async def test_supersede_cancels_queued_request_before_it_runs(engine) -> None:
     metrics = Metrics()
     sched = Scheduler(engine, SchedulerSettings(max_running=1, preempt=False), metrics)
     log: list = []
-    blocker = asyncio.create_task(_run(sched, _req("x = 0\n", Priority.AGENT, 20), log, "b"))
+    blocker = asyncio.create_task(_run(sched, _req("x = 0\n", Priority.AGENT, 1000), log, "b"))
     while ("first", "b") not in log:
         await asyncio.sleep(0.001)
     old = asyncio.create_task(_run(sched, _req("y", Priority.COMPLETION, 3), log, "old", "doc"))

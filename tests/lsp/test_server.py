@@ -137,10 +137,12 @@ async def test_typing_through_and_accepting_need_no_new_request(
     final = await stats(client)
     # Answered by the speculative generation (cached or joined in flight), not a new one...
     assert final["generations"] == accepted["generations"]
-    # ...unless that one came back empty, which post-processing may rightly decide.
+    # ...unless that one came back empty, which post-processing may rightly decide, or the
+    # cursor after the accepted text is not a place to ask at (say, in the middle of a word).
     assert (
         final["cache_hits"] + final["joined"] > accepted["cache_hits"] + accepted["joined"]
         or final["empty"] > accepted["empty"]
+        or final["gated"] > accepted["gated"]
     )
 
 
