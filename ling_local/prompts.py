@@ -12,7 +12,7 @@ from ling_local.config import PromptSettings
 from ling_local.errors import RequestError
 from ling_local.tokenization import TextTokenizer
 
-__all__ = ["BuiltPrompt", "PromptBuilder"]
+__all__ = ["BuiltPrompt", "PromptBuilder", "suffix_stops"]
 
 _PLAIN_STOP = "\n### User:"
 _TURN_ENDS = ("<|im_end|>",)
@@ -30,6 +30,22 @@ class BuiltPrompt:
     """Token healing: what the first generated token may be."""
     heal_text: str = ""
     """Token healing: the prompt text the first token re-creates (cut from the output)."""
+
+
+def suffix_stops(suffix: str) -> tuple[str, ...]:
+    """Where a fill-in-the-middle answer has run into the text after the cursor: the rest of
+    the cursor's line, and the next non-blank line (with its indentation, after a newline).
+    A small model often writes the middle and then the suffix again; these stops end the
+    generation there (the stop text itself is never returned). Fragments too short to be
+    telling (a lone bracket, `pass`) are left to the editor's own post-processing."""
+    first, _, rest = suffix.partition("\n")
+    stops = []
+    if len(first.strip()) >= 3:
+        stops.append(first.rstrip())
+    following = next((line for line in rest.split("\n") if line.strip()), "")
+    if len(following.strip()) >= 5:
+        stops.append("\n" + following.rstrip())
+    return tuple(stops)
 
 
 class PromptBuilder:
@@ -115,7 +131,7 @@ class PromptBuilder:
         spm = self.settings.fim_format == "spm"
         text = f"{pre}{suf}{suffix}{mid}{prefix}" if spm else f"{pre}{prefix}{suf}{suffix}{mid}"
         if self.tokenizer is None:
-            return BuiltPrompt(text, None, self.stop)
+            return BuiltPrompt(text, None, (*self.stop, *suffix_stops(suffix)))
         if self._fim is None:
             raise RequestError(
                 "this model has no fill-in-the-middle tokens "
@@ -130,7 +146,7 @@ class PromptBuilder:
         return BuiltPrompt(
             text,
             self._bos + ids,
-            self.stop,
+            (*self.stop, *suffix_stops(suffix)),
             self.stop_token_ids,
             first_token_ids=first,
             heal_text=heal_text,

@@ -140,6 +140,24 @@ def test_fim_answer_stops_where_the_suffix_begins(model, tok) -> None:
         assert "__repr__" not in decode(tok, out), (mode, decode(tok, out))
 
 
+def test_fim_answer_never_runs_on_into_the_suffix() -> None:
+    """The issue's example: the daemon path answers `with open(path, ` with the mode only,
+    not the mode and then the suffix's `) as f:` and its next line again."""
+    prefix, suffix = "with open(path, ", ") as f:\n    data = f.read()\n"
+    [text] = _daemon_path([{"kind": "single", "prefix": prefix, "suffix": suffix, "middle": ""}])
+    assert text.strip(), text
+    assert ") as f:" not in text and "f.read()" not in text, text
+
+
+def test_suffix_stops_are_the_rest_of_the_line_and_the_next_line() -> None:
+    from ling_local.prompts import suffix_stops
+
+    assert suffix_stops(") as f:\n    data = f.read()\n") == (") as f:", "\n    data = f.read()")
+    assert suffix_stops("\n\n\nprint(add(1, 2))\n") == ("\nprint(add(1, 2))",)
+    assert suffix_stops(")\n    pass\n") == ()  # too short to tell a middle from the suffix
+    assert suffix_stops("") == ()
+
+
 def _profile():
     from ling_local.config import load_profile
 

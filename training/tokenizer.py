@@ -20,9 +20,17 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Literal
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+# The prompt format the daemon and `bench quality` use, shared (ids 0-4 are the same).
+from ling_local.bench.fim_eval import (  # noqa: F401 (re-exported for the training code)
+    FimMode,
+    decode,
+    encode,
+    fim_prompt,
+    load_tokenizer,
+)
 
 EOT = "<|endoftext|>"
 FIM_PREFIX = "<|fim_prefix|>"
@@ -43,8 +51,6 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 """ChatML, the same text as ling_local.prompts builds for ``chat_template = "chatml"``."""
-
-FimMode = Literal["psm", "spm"]
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = VOCAB_SIZE) -> Tokenizer:
@@ -88,30 +94,8 @@ def save_hf_tokenizer(tok: Tokenizer, out_dir: str | Path, model_max_length: int
     (out / "special_tokens_map.json").write_text(json.dumps(special_map, indent=2) + "\n")
 
 
-def load_tokenizer(model_dir: str | Path) -> Tokenizer:
-    """The raw ``tokenizers`` object: fast, and free of transformers' decode clean-ups."""
-    return Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
-
-
-def encode(tok: Tokenizer, text: str) -> list[int]:
-    return tok.encode(text, add_special_tokens=False).ids
-
-
 def encode_batch(tok: Tokenizer, texts: Sequence[str]) -> list[list[int]]:
     return [e.ids for e in tok.encode_batch(list(texts), add_special_tokens=False)]
-
-
-def decode(tok: Tokenizer, ids: Sequence[int]) -> str:
-    return tok.decode(list(ids), skip_special_tokens=False)
-
-
-def fim_prompt(prefix_ids: list[int], suffix_ids: list[int], mode: FimMode = "psm") -> list[int]:
-    """Token ids of a FIM prompt; the model continues with the middle, then ``<|fim_end|>``."""
-    if mode == "psm":
-        return [FIM_PREFIX_ID, *prefix_ids, FIM_SUFFIX_ID, *suffix_ids, FIM_MIDDLE_ID]
-    if mode == "spm":
-        return [FIM_PREFIX_ID, FIM_SUFFIX_ID, *suffix_ids, FIM_MIDDLE_ID, *prefix_ids]
-    raise ValueError(f"unknown FIM mode {mode!r} (expected 'psm' or 'spm')")
 
 
 def fim_example(

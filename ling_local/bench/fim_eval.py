@@ -63,7 +63,7 @@ def decode(tok: Tokenizer, ids: Sequence[int]) -> str:
 
 
 def fim_prompt(prefix_ids: list[int], suffix_ids: list[int], mode: FimMode = "psm") -> list[int]:
-    """Token ids of a FIM prompt; the model continues with the middle, then ``<|endoftext|>``."""
+    """Token ids of a FIM prompt; the model continues with the middle, then ``<|fim_end|>``."""
     if mode == "psm":
         return [FIM_PREFIX_ID, *prefix_ids, FIM_SUFFIX_ID, *suffix_ids, FIM_MIDDLE_ID]
     if mode == "spm":
