@@ -27,9 +27,9 @@ fi
 export PYTHONPATH=/tmp/dsite:$PWD LING_LOCAL_HOME=/tmp/ling-home
 if wants tests; then
   step engine and Triton GPU tests
-  timeout ${TESTS_S:-90} python3 -m pytest -q -p no:cacheprovider -W ignore -m gpu \
+  timeout ${TESTS_S:-90} python3 -m pytest -q -n 0 -p no:cacheprovider -W ignore -m gpu \
     tests/test_gpu_engine.py 2>&1 | tail -8 | tee -a "$LOG"
-  timeout 200 python3 -m pytest -q -p no:cacheprovider -W ignore tests/test_triton_kernels.py \
+  timeout 200 python3 -m pytest -q -n 0 -p no:cacheprovider -W ignore tests/test_triton_kernels.py \
     tests/test_triton_screen.py tests/test_token_ring.py \
     2>&1 | tail -4 | tee -a "$LOG"
 fi

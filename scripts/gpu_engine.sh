@@ -32,13 +32,13 @@ serve() {
 }
 tests() {
   step Triton kernel suite, engine GPU tests, decode path
-  timeout ${TESTS_S:-250} python3 -m pytest -q -p no:cacheprovider -W ignore -x \
+  timeout ${TESTS_S:-250} python3 -m pytest -q -n 0 -p no:cacheprovider -W ignore -x \
     tests/test_triton_kernels.py tests/test_triton_screen.py tests/test_token_ring.py \
     tests/test_gpu_engine.py tests/test_decode_path.py tests/test_gpu_prefill.py 2>&1 | tail -15 | tee -a "$LOG"
 }
 sweeptest() {
   step sweep script GPU test
-  timeout ${SWEEPTEST_S:-400} python3 -m pytest -q -p no:cacheprovider -W ignore -m gpu \
+  timeout ${SWEEPTEST_S:-400} python3 -m pytest -q -n 0 -p no:cacheprovider -W ignore -m gpu \
     tests/bench/test_kernel_sweep_script.py 2>&1 | tail -8 | tee -a "$LOG"
 }
 sweep() {

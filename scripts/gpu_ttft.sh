@@ -54,7 +54,7 @@ for s in $STEPS; do
   case $s in
     tests)
       step GPU tests: prefill, cached extension, warm-up coverage
-      run 90 python3 -m pytest -q -p no:cacheprovider -W ignore -m gpu tests/test_gpu_prefill.py ;;
+      run 90 python3 -m pytest -q -n 0 -p no:cacheprovider -W ignore -m gpu tests/test_gpu_prefill.py ;;
     triton|torch)
       step "bench keystroke, $s kernels, fresh daemon"
       run $([ "$s" = triton ] && echo 120 || echo 90) python3 -m ling_local bench keystroke \

@@ -50,5 +50,5 @@ fi
 step "the test"
 LING_LOCAL_CODE_SERVER=$cs/code-server LING_LOCAL_VSIX=editors/vscode/ling-local.vsix \
   LING_LOCAL_E2E_ARTIFACTS=${LING_LOCAL_E2E_ARTIFACTS:-editors/vscode/artifacts} \
-  python -m pytest tests/editors -m vscode -p no:cacheprovider "$@"
+  python -m pytest tests/editors -m vscode -n 0 -p no:cacheprovider "$@"
 step "done"
