@@ -209,12 +209,17 @@ def test_chat_and_completions_answer_in_the_schema(oai: openai.OpenAI) -> None:
         model="test",
         messages=[{"role": "user", "content": "Three numbers, please."}],
         response_format=_format(
-            {"type": "array", "items": {"type": "integer"}, "minItems": 3, "maxItems": 3}
+            {
+                "type": "array",
+                "items": {"type": "integer", "minimum": 0, "maximum": 99},  # fits max_tokens
+                "minItems": 3,
+                "maxItems": 3,
+            }
         ),
         max_tokens=64,
     )
     numbers = json.loads(listed.choices[0].message.content)
-    assert len(numbers) == 3 and all(isinstance(n, int) for n in numbers)
+    assert len(numbers) == 3 and all(isinstance(n, int) and 0 <= n <= 99 for n in numbers)
 
 
 @pytest.mark.parametrize(
