@@ -85,6 +85,10 @@ def test_tokenizer_round_trips_python_and_has_fim_tokens(loader: str) -> None:
     assert hf.decode(ids) == SOURCE
     stdlib_text = Path(json.__file__).read_text(encoding="utf-8")
     assert hf.decode(hf.encode(stdlib_text)) == stdlib_text
+    # every line break is a token of its own, so a FIM middle ending at a line end is
+    # tokenized as the same text is inside the whole file
+    pieces = hf.convert_ids_to_tokens(hf.encode(stdlib_text + "\n\n\n    x = 1\n"))
+    assert all(p == "\u010a" or "\u010a" not in p for p in pieces)  # "Ċ" is the byte "\n"
 
 
 def _daemon_path(examples: list[dict]) -> list[str]:

@@ -83,7 +83,7 @@ def reverse_words(text):
 
 
 def _private(x):
-    """Return x."""
+    """Return x unchanged, as it was given."""
     return x
 
 
@@ -98,10 +98,14 @@ class Box:
 
 def test_chat_examples_from_documented_functions() -> None:
     examples = documented_functions(SOURCE, random.Random(0))
-    assert {e.name for e in examples} == {"reverse_words", "area"}
+    assert {e.name for e in examples} == {"reverse_words", "_private", "area"}
     for e in examples:
         assert e.answer.startswith("```python\n") and e.answer.endswith("\n```")
         ast.parse(e.answer.removeprefix("```python\n").removesuffix("\n```"))
+    # the docstring is cut to its summary, so that answers stay short
+    reverse = next(e for e in examples if e.name == "reverse_words").answer
+    assert '    """Return the words of text in reverse order."""\n    words = text.split()' in reverse
+    assert "More detail" not in reverse
     assert summary_of("Return the words.\n\nMore.") == "Return the words"
     assert summary_of(">>> f(1)") is None
     requests = {documented_functions(SOURCE, random.Random(s))[0].request for s in range(30)}

@@ -13,7 +13,10 @@ from dataclasses import dataclass
 
 __all__ = ["ChatExample", "documented_functions", "request_for"]
 
-MIN_LINES, MAX_LINES, MAX_CHARS = 3, 40, 1800
+MIN_LINES, MAX_LINES, MAX_CHARS = 3, 30, 1200
+"""Answer size after the docstring is cut to its summary: short answers end well inside the
+256 tokens the chat evaluation allows (the first run's answers, with whole docstrings, often
+did not)."""
 _FIRST_SENTENCE = re.compile(r"^(.+?[.!?])(\s|$)", re.S)
 _VERB_ES = re.compile(r"(s|sh|ch|x|z|o)$")
 _NOT_VERBS = {"this", "the", "a", "an", "helper", "internal", "private", "utility", "function",
@@ -78,10 +81,18 @@ def request_for(summary: str, name: str, args: str, rng: random.Random) -> str:
     return f"# {summary}\nWrite this as a Python function."
 
 
-def _source(node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str]) -> str | None:
+def _source(
+    node: ast.FunctionDef | ast.AsyncFunctionDef, lines: list[str], summary: str
+) -> str | None:
+    """The function's source with its docstring cut to the one-line summary."""
     start = node.lineno - 1  # without decorators: they often need imports the answer lacks
     end = node.end_lineno or node.lineno
-    text = textwrap.dedent("\n".join(lines[start:end]))
+    doc = node.body[0]
+    d0, d1 = doc.lineno - 1, doc.end_lineno or doc.lineno
+    indent = lines[d0][: len(lines[d0]) - len(lines[d0].lstrip())]
+    end_mark = "" if summary.endswith(("!", "?")) else "."
+    short = f'{indent}"""{summary}{end_mark}"""'
+    text = textwrap.dedent("\n".join([*lines[start:d0], short, *lines[d1:end]]))
     n = text.count("\n") + 1
     if not MIN_LINES <= n <= MAX_LINES or len(text) > MAX_CHARS:
         return None
@@ -103,11 +114,11 @@ def documented_functions(text: str, rng: random.Random) -> list[ChatExample]:
     for node in candidates:
         if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
             continue
-        if node.name.startswith("_") or node.name.startswith("test"):
+        if node.name.startswith("__") or node.name.lstrip("_").startswith("test"):
             continue
         doc = ast.get_docstring(node)
         summary = summary_of(doc) if doc else None
-        source = _source(node, lines) if summary else None
+        source = _source(node, lines, summary) if summary else None
         if summary is None or source is None:
             continue
         args = ", ".join(a.arg for a in node.args.args)

@@ -133,7 +133,7 @@ def training_span(text: str, rng: random.Random) -> tuple[int, int]:
         span = span_line_rest(text, rng)
     elif r < 0.55:
         span = span_block_body(text, rng, max_lines=30, max_chars=2000)
-    elif r < 0.75:
+    elif r < 0.80:
         span = span_lines(text, rng, 2, 5)
     return span or span_random(text, rng)
 
@@ -201,7 +201,7 @@ def chunk_lines(text: str, rng: random.Random, lo_chars: int, hi_chars: int) -> 
 def make_docs(
     files: list[SourceFile],
     rng: random.Random,
-    fim_rate: float = 0.5,
+    fim_rate: float = 0.6,
     chunk_chars: tuple[int, int] = (1000, 7000),
     cut_every: int = 400,
     chats: list[tuple[str, str]] = (),  # type: ignore[assignment]

@@ -36,6 +36,9 @@ class LoopSettings:
     """Steps ``probe_start``..``probe_steps`` are timed, then the step count is fixed (before
     the end of warmup, so the schedule agrees)."""
     max_epochs: float = 6.0
+    compile: bool = False
+    """``torch.compile`` the training forward passes (on CUDA: 78 against 118 ms a step for
+    target + draft on an H200, after ~25 s of compilation)."""
 
     def __post_init__(self) -> None:
         if self.steps is None and not self.probe_start < self.probe_steps < self.warmup:
@@ -98,6 +101,7 @@ def train(
     for m in models:
         m.to(device).train()
     opts = [_optimizer(m, s, lr, device) for m, lr in zip(models, s.lr, strict=True)]
+    fwd = [torch.compile(m) if s.compile else m for m in models]
     gen = torch.Generator().manual_seed(seed)
     total = s.steps or 10**9
     t_start = time.perf_counter()
@@ -122,11 +126,11 @@ def train(
                 hist["epoch_cap_steps"] = total
         x = rows[perm[cursor : cursor + s.batch_rows]].long()
         cursor += s.batch_rows
-        for i, (m, opt) in enumerate(zip(models, opts, strict=True)):
+        for i, (m, f, opt) in enumerate(zip(models, fwd, opts, strict=True)):
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, total, s, s.lr[i])
             with _autocast(device):
-                loss = m(input_ids=x, labels=x).loss
+                loss = f(input_ids=x, labels=x).loss
             loss.backward()
             torch.nn.utils.clip_grad_norm_(m.parameters(), s.grad_clip)
             opt.step()

@@ -102,16 +102,19 @@ class EpochBuilder:
         """Every chat example the training files give (documented functions)."""
         chat_chars = sum(len(a) + len(b) for a, b in self.chats) / max(1, len(self.chats))
         corpus_chars = sum(len(f.text) for f in files)
-        self.chats_per_epoch = min(
-            len(self.chats), int(corpus_chars * chat_share / (1 - chat_share) / max(1, chat_chars))
+        self.chats_per_epoch = int(
+            corpus_chars * chat_share / (1 - chat_share) / max(1, chat_chars)
         )
+        """Each epoch takes the pool whole as many times as this allows, then a sample."""
         self._epoch = 0
         self._next = self._submit(0)
         self.tokens_per_epoch: list[int] = []
 
     def _submit(self, epoch: int) -> list[Future]:
         rng = random.Random(f"{self.seed}:{epoch}:chats")
-        picked = rng.sample(self.chats, self.chats_per_epoch)
+        whole, rest = divmod(self.chats_per_epoch, max(1, len(self.chats)))
+        picked = self.chats * whole + rng.sample(self.chats, min(rest, len(self.chats)))
+        rng.shuffle(picked)
         return [
             self._pool.submit(_shard_ids, epoch, i, picked[i :: self.shards])
             for i in range(self.shards)

@@ -21,7 +21,7 @@ import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
 # The prompt format the daemon and `bench quality` use, shared (ids 0-4 are the same).
 from ling_local.bench.fim_eval import (  # noqa: F401 (re-exported for the training code)
@@ -53,10 +53,25 @@ CHAT_TEMPLATE = (
 """ChatML, the same text as ling_local.prompts builds for ``chat_template = "chatml"``."""
 
 
+def pre_tokenizer() -> pre_tokenizers.PreTokenizer:
+    """GPT-2's byte-level split, with every newline a token of its own. A line break is then
+    always a token boundary, whatever follows it: a FIM middle that ends at a line end (its
+    last token ``\\n``, then ``<|fim_end|>``) is tokenized as the same text is inside a whole
+    file, so the model can stop there in free generation. (With GPT-2's split alone, ``\\n``
+    merges with the blank lines and indentation after it, and a model that has written the
+    last line of a middle goes on with a merged ``\\n\\n    `` instead of stopping.)"""
+    return pre_tokenizers.Sequence(
+        [
+            pre_tokenizers.Split(Regex("\n"), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+        ]
+    )
+
+
 def train_tokenizer(texts: Iterable[str], vocab_size: int = VOCAB_SIZE) -> Tokenizer:
     """Train a byte-level BPE on ``texts``; the vocabulary size counts the special tokens."""
     tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    tok.pre_tokenizer = pre_tokenizer()
     tok.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
         vocab_size=vocab_size,

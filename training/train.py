@@ -62,7 +62,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lr", type=float, default=1.5e-3, help="target peak learning rate")
     p.add_argument("--draft-lr", type=float, default=3e-3)
     p.add_argument("--cut-every", type=int, default=400, help="cut plain documents every N chars")
-    p.add_argument("--chat-share", type=float, default=0.04, help="share of chat characters")
+    p.add_argument("--chat-share", type=float, default=0.07, help="share of chat characters")
     p.add_argument("--eval-limit", type=int, default=150, help="FIM eval examples of each kind")
     p.add_argument("--workers", type=int, help="data processes (default: cores - 1)")
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -220,7 +220,7 @@ def _run(args: argparse.Namespace, out: Path, log: dict, mark) -> None:
     settings = LoopSettings(
         lr=(args.lr, args.draft_lr), batch_rows=batch_rows, seq_len=seq_len, budget_s=budget,
         steps=6 if args.smoke else args.steps, warmup=2 if args.smoke else 150,
-        eval_every=3 if args.smoke else 250,
+        eval_every=3 if args.smoke else 250, compile=args.device.startswith("cuda"),
     )  # fmt: skip
     try:
         hist = train(list(NAMES), models, data, val_rows, settings, args.device, args.seed)
