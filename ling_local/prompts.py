@@ -12,7 +12,7 @@ from ling_local.config import PromptSettings
 from ling_local.errors import RequestError
 from ling_local.tokenization import TextTokenizer
 
-__all__ = ["BuiltPrompt", "PromptBuilder", "suffix_stops"]
+__all__ = ["BuiltPrompt", "PromptBuilder", "fim_scope", "suffix_stops"]
 
 _PLAIN_STOP = "\n### User:"
 _TURN_ENDS = ("<|im_end|>",)
@@ -30,6 +30,8 @@ class BuiltPrompt:
     """Token healing: what the first generated token may be."""
     heal_text: str = ""
     """Token healing: the prompt text the first token re-creates (cut from the output)."""
+    scope: tuple[int, bool] | None = None
+    """Fill-in-the-middle: see :func:`fim_scope`."""
 
 
 def suffix_stops(suffix: str) -> tuple[str, ...]:
@@ -46,6 +48,22 @@ def suffix_stops(suffix: str) -> tuple[str, ...]:
     if len(following.strip()) >= 5:
         stops.append("\n" + following.rstrip())
     return tuple(stops)
+
+
+def fim_scope(prefix: str, suffix: str) -> tuple[int, bool] | None:
+    """The scope of a fill-in-the-middle answer: the indentation of the first non-blank line
+    of code after the cursor (after the cursor's own line when the cursor is inside one), and
+    whether the answer keeps its last newline (not when the suffix starts with one). The
+    answer ends before a later line of its own indented no deeper: a small model that has
+    filled the gap goes on to write the next statement or function, which the suffix already
+    has. None when nothing follows the cursor."""
+    lines = suffix.split("\n")
+    at_line_start = not prefix or prefix.endswith("\n")
+    following = next((ln for ln in (lines if at_line_start else lines[1:]) if ln.strip()), None)
+    if following is None:
+        return None
+    expanded = following.expandtabs(4)
+    return len(expanded) - len(expanded.lstrip()), not suffix.startswith("\n")
 
 
 class PromptBuilder:
@@ -130,8 +148,9 @@ class PromptBuilder:
         pre, suf, mid = self._fim_tokens
         spm = self.settings.fim_format == "spm"
         text = f"{pre}{suf}{suffix}{mid}{prefix}" if spm else f"{pre}{prefix}{suf}{suffix}{mid}"
+        scope = fim_scope(prefix, suffix)
         if self.tokenizer is None:
-            return BuiltPrompt(text, None, (*self.stop, *suffix_stops(suffix)))
+            return BuiltPrompt(text, None, (*self.stop, *suffix_stops(suffix)), scope=scope)
         if self._fim is None:
             raise RequestError(
                 "this model has no fill-in-the-middle tokens "
@@ -150,6 +169,7 @@ class PromptBuilder:
             self.stop_token_ids,
             first_token_ids=first,
             heal_text=heal_text,
+            scope=scope,
         )
 
     def chat(self, messages: list[dict[str, str]]) -> BuiltPrompt:

@@ -104,7 +104,9 @@ def test_chat_examples_from_documented_functions() -> None:
         ast.parse(e.answer.removeprefix("```python\n").removesuffix("\n```"))
     # the docstring is cut to its summary, so that answers stay short
     reverse = next(e for e in examples if e.name == "reverse_words").answer
-    assert '    """Return the words of text in reverse order."""\n    words = text.split()' in reverse
+    assert (
+        '    """Return the words of text in reverse order."""\n    words = text.split()' in reverse
+    )
     assert "More detail" not in reverse
     assert summary_of("Return the words.\n\nMore.") == "Return the words"
     assert summary_of(">>> f(1)") is None

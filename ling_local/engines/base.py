@@ -63,6 +63,9 @@ class SamplingParams:
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
     """Benchmarks only: keep generating past EOS until max_tokens."""
+    scope: tuple[int, bool] | None = None
+    """Fill-in-the-middle: (indent, keep_newline) of the code after the cursor; the answer
+    ends before a later line that goes back to that indentation (``detok.ScopeLimit``)."""
 
     @property
     def greedy(self) -> bool:

@@ -80,6 +80,7 @@ class DaemonState:
             stop=tuple(dict.fromkeys([*body.stop_list(), *implicit_stop])),
             stop_token_ids=() if body.ignore_eos else built.stop_token_ids,
             ignore_eos=body.ignore_eos,
+            scope=None if body.ignore_eos else built.scope,
         )
 
     def check_context(self, built: BuiltPrompt) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-__all__ = ["IncrementalDetokenizer", "StopMatcher"]
+__all__ = ["IncrementalDetokenizer", "ScopeLimit", "StopMatcher"]
 
 
 class IncrementalDetokenizer:
@@ -43,22 +43,106 @@ class IncrementalDetokenizer:
         return new_text[len(prefix_text) :]
 
 
+def indent_width(line: str) -> int:
+    expanded = line.expandtabs(4)
+    return len(expanded) - len(expanded.lstrip())
+
+
+class ScopeLimit:
+    """Ends a fill-in-the-middle answer before a line that goes back to the indentation of
+    the code after the cursor: once the answer has a line of its own, a later line indented
+    no deeper than ``indent`` starts what the suffix already holds (the next statement, the
+    next function), so the answer ends after its last line before it, with that line's
+    newline unless the suffix starts with one (``keep_newline``). Blank lines between are
+    held back until the next line decides."""
+
+    __slots__ = (
+        "_cut", "_has_content", "_indent", "_keep_newline", "_line", "_passed", "_pos",
+        "_released", "_text",
+    )  # fmt: skip
+
+    def __init__(self, indent: int, keep_newline: bool = True) -> None:
+        self._indent = indent
+        self._keep_newline = keep_newline
+        self._text = ""
+        self._released = 0
+        self._pos = 0
+        """Start of the line being looked at."""
+        self._line = 0
+        self._has_content = False
+        self._passed = -1
+        """The line that was let through (its indentation is known before it is complete)."""
+        self._cut = 0
+        """Just after the newline that ends the last line of the answer that is kept."""
+
+    def feed(self, chunk: str) -> tuple[str, bool]:
+        """Return (text safe to release now, whether the answer ends here)."""
+        self._text += chunk
+        text = self._text
+        safe = self._cut if self._keep_newline else max(0, self._cut - 1)
+        while True:
+            nl = text.find("\n", self._pos)
+            line = text[self._pos : len(text) if nl == -1 else nl]
+            if line.strip():
+                checked = self._line == self._passed  # seen in an earlier chunk already
+                if (
+                    not checked
+                    and self._line > 0
+                    and self._has_content
+                    and indent_width(line) <= self._indent
+                ):
+                    end = max(self._released, self._cut - (0 if self._keep_newline else 1))
+                    out = text[self._released : end]
+                    self._released = end
+                    return out, True
+                self._has_content = True
+                self._passed = self._line
+                safe = len(text) if nl == -1 else nl
+            elif self._line == 0:
+                safe = len(text) if nl == -1 else nl
+            if nl == -1:
+                break
+            if line.strip() or self._line == 0:
+                self._cut = nl + 1
+            self._pos, self._line = nl + 1, self._line + 1
+        out = text[self._released : max(safe, self._released)]
+        self._released = max(safe, self._released)
+        return out, False
+
+    def finish(self) -> str:
+        """Whatever is held back, at the end of an answer that ended on its own."""
+        out = self._text[self._released :]
+        self._released = len(self._text)
+        return out
+
+
 class StopMatcher:
-    """Finds stop strings in streamed text and holds back text that may begin one."""
+    """Finds stop strings in streamed text and holds back text that may begin one; with a
+    ``scope`` (indent, keep_newline), also ends the text where :class:`ScopeLimit` does."""
 
-    __slots__ = ("_held", "_max_len", "_stops", "text")
+    __slots__ = ("_held", "_max_len", "_scope", "_stops", "text")
 
-    def __init__(self, stops: Sequence[str]) -> None:
+    def __init__(self, stops: Sequence[str], scope: tuple[int, bool] | None = None) -> None:
         self._stops = tuple(s for s in stops if s)
         self._max_len = max((len(s) for s in self._stops), default=0)
         self._held = ""
+        self._scope = ScopeLimit(*scope) if scope is not None else None
         self.text = ""
         """Everything released so far."""
 
     def feed(self, chunk: str) -> tuple[str, bool]:
         """Return (text safe to release now, whether a stop string was reached)."""
+        out, hit = self._feed_stops(chunk)
+        if self._scope is not None:
+            out, ended = self._scope.feed(out)
+            if hit and not ended:
+                out += self._scope.finish()
+            hit = hit or ended
+        self.text += out
+        return out, hit
+
+    def _feed_stops(self, chunk: str) -> tuple[str, bool]:
         if not self._stops:
-            self.text += chunk
             return chunk, False
         pending = self._held + chunk
         first = -1
@@ -67,19 +151,19 @@ class StopMatcher:
             if at != -1 and (first == -1 or at < first):
                 first = at
         if first != -1:
-            out = pending[:first]
             self._held = ""
-            self.text += out
-            return out, True
+            return pending[:first], True
         hold = self._partial_len(pending)
-        out = pending[: len(pending) - hold]
         self._held = pending[len(pending) - hold :]
-        self.text += out
-        return out, False
+        return pending[: len(pending) - hold], False
 
     def finish(self) -> str:
         """Release held text at the end of a stream that did not stop on a string."""
         out, self._held = self._held, ""
+        if self._scope is not None:
+            out, ended = self._scope.feed(out)
+            if not ended:
+                out += self._scope.finish()
         self.text += out
         return out
 

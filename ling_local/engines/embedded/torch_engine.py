@@ -346,7 +346,7 @@ class TorchEngine:
             queue=asyncio.Queue(),
             seq=next(self._seq),
             detok=IncrementalDetokenizer(self.tokenizer.decode),
-            stopper=StopMatcher(params.stop),
+            stopper=StopMatcher(params.stop, params.scope),
             stop_ids=frozenset(stop_ids),
             generator=make_generator(params.seed, self.runner.device),
             history=NgramIndex(ids) if speculate and mode in ("prompt_lookup", "auto") else None,

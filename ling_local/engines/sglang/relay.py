@@ -118,7 +118,7 @@ async def relay_events(chunks: AsyncIterator[bytes], flight: Flight) -> AsyncIte
     """Deltas from the body of one ``/generate`` event stream; the last one has
     finish_reason + stats. Raises ValueError with SGLang's message on an error event."""
     sent = 0  # characters of the cumulative text already relayed
-    stopper = StopMatcher(flight.request.sampling.stop)
+    stopper = StopMatcher(flight.request.sampling.stop, flight.request.sampling.scope)
     stopped = False  # a stop string was seen: relay no more text, wait for the finish
     buffer = b""
     async for chunk in chunks:
