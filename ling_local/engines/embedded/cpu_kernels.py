@@ -18,7 +18,10 @@ from __future__ import annotations
 
 import numba
 import numpy as np
-from numba import njit, prange
+from llvmlite import ir
+from numba import njit, prange, types
+from numba.core import cgutils
+from numba.extending import intrinsic
 
 __all__ = ["decode_step", "set_threads"]
 
@@ -34,6 +37,39 @@ def set_threads(n: int) -> None:
     n = max(1, min(n, numba.config.NUMBA_NUM_THREADS))
     if numba.get_num_threads() != n:
         numba.set_num_threads(n)
+
+
+@intrinsic
+def _prefetch_line(typingctx, row, offset):  # pragma: no cover - compiled
+    """A hint to fetch the cache line of row[offset] (LLVM's prefetch: for a read, no
+    temporal locality: a weight is read once a step)."""
+
+    def codegen(context, builder, signature, args):
+        data = context.make_array(signature.args[0])(context, builder, args[0]).data
+        i8p, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [i8p, i32, i32, i32]), "llvm.prefetch.p0"
+        )
+        address = builder.bitcast(builder.gep(data, [args[1]]), i8p)
+        builder.call(fn, [address, i32(0), i32(0), i32(1)])
+        return context.get_dummy_value()
+
+    return types.void(row, offset), codegen
+
+
+_AHEAD = 8
+"""Rows a matmul asks for ahead of the one it reads: the hardware prefetcher alone left a
+thread streaming the int8 weights from memory at 10.5 GB/s, with this at 14 (all the tiny
+model's matmuls, 1 thread: 3.35 -> 2.37 ms; 2 threads 1.85 -> 1.35; 4 to 16 rows ahead
+measured the same)."""
+
+
+@njit(cache=True, inline="always")
+def _prefetch_row(q, o):  # pragma: no cover - compiled
+    if o < q.shape[0]:
+        row = q[o]
+        for i in range(0, row.shape[0], 64):
+            _prefetch_line(row, i)
 
 
 @njit(fastmath=_FAST, cache=True, inline="always")
@@ -58,12 +94,14 @@ def _rms_norm(x, weight, eps, out):  # pragma: no cover - compiled
 def matvec(q, scales, x, out):  # pragma: no cover - compiled
     """out = (q @ x) * scales: q int8 (or float32) [rows, n], x float32 [n]."""
     for o in prange(q.shape[0]):
+        _prefetch_row(q, o + _AHEAD)
         out[o] = _dot(q[o], x) * scales[o]
 
 
 @njit(fastmath=_FAST, cache=True, parallel=True)
 def _matvec_add(q, scales, x, out):  # pragma: no cover - compiled
     for o in prange(q.shape[0]):
+        _prefetch_row(q, o + _AHEAD)
         out[o] += _dot(q[o], x) * scales[o]
 
 
@@ -72,6 +110,8 @@ def _gate_up(q, scales, x, act):  # pragma: no cover - compiled
     """act = silu(gate) * up, gate and up the two halves of q @ x."""
     inter = act.shape[0]
     for o in prange(inter):
+        _prefetch_row(q, o + _AHEAD)
+        _prefetch_row(q, inter + o + _AHEAD)
         g = _dot(q[o], x) * scales[o]
         u = _dot(q[inter + o], x) * scales[inter + o]
         act[o] = g / (np.float32(1.0) + np.exp(-g)) * u
