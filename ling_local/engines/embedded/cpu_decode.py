@@ -6,8 +6,8 @@ step runs as one call into numba-compiled code (`cpu_kernels`): the matmuls read
 row once against float32 activations, with the rows split between the threads; norms,
 RoPE, the cache write, attention and the output head's rescoring happen in the same call,
 so no Python, ATen dispatch or GIL hand-over sits between the ops. On the tiny model
-(2-core AMD EPYC VM, 256-token context, min of 300 steps) a step takes 3.2 ms on 1 thread
-and 1.9 ms on 2, against 7.7 and 4.6 ms for the TorchScript step it replaced, whose
+(2-core AMD EPYC VM, 256-token context, min of 300 steps) a step takes 2.5 ms on 1 thread
+and 1.4 ms on 2, against 8.1 and 5.0 ms for the TorchScript step it replaced, whose
 `_weight_int8pack_mm` streamed the weights from memory at ~5 GB/s a thread (12 GB/s when
 they sat in cache). Prefill (`forward_tokens`, T > 1) still runs on torch's kernels.
 

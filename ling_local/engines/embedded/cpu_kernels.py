@@ -3,12 +3,14 @@
 A step of a small model on a laptop is bound by reading the weights from memory: a
 matrix-vector product streams each int8 row once, converts it to float32 and multiplies it
 with the float32 activations, accumulating in float32 (`fastmath` lets LLVM reorder the sum
-into AVX2 lanes; no flag that assumes finite values is set). The rows of every matmul are
-split between the threads (`prange`); attention splits its query heads.
+into AVX2 lanes; no flag that assumes finite values is set), asking for the rows a few ahead
+of the one it reads (`_AHEAD`). The rows of every matmul are split between the threads
+(`prange`); attention splits its query heads.
 
 Compiled on first use and cached on disk (`cache=True`: next to this file, or in the
 user's cache directory where the package is read-only), so only the first start after an
-install pays the compilation (~10 s on a 2-core laptop), later ones load it in ~0.4 s.
+install pays the compilation (~10 s on the 2-core VM); later ones load it in ~0.7 s, most
+of it numba's own import and registries.
 
 Threading: numba's OpenMP layer comes first (on Linux it is a GNU OpenMP like torch's, its
 team's threads spin briefly between the step's parallel regions), then its own work queue,
