@@ -54,15 +54,29 @@ def steps(chat: bool, max_tokens: int) -> list[Prompt]:
     return [question]
 
 
+def _head(text: str, max_chars: int) -> str:
+    """The file's first lines, at most ``max_chars`` characters."""
+    if len(text) <= max_chars:
+        return text
+    return text[: text.rfind("\n", 0, max_chars) + 1]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("path")
     parser.add_argument("--chat", action="store_true", help="ask a chat model (not a code model)")
     parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument(
+        "--max-chars",
+        type=int,
+        default=5000,
+        help="send at most this much of the file (whole lines): the embedded model's context "
+        "is 2,048 tokens",
+    )
     args = parser.parse_args()
     chain = Chain("extract", steps(args.chat, args.max_tokens))
     try:
-        result = chain.run(source=Path(args.path).read_text())
+        result = chain.run(source=_head(Path(args.path).read_text(), args.max_chars))
     except StructuredOutputError as err:
         print(f"no valid record after {err.attempts} attempts: {err.errors[-1]}", file=sys.stderr)
         return 1
