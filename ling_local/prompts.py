@@ -12,7 +12,7 @@ from ling_local.config import PromptSettings
 from ling_local.errors import RequestError
 from ling_local.tokenization import TextTokenizer
 
-__all__ = ["BuiltPrompt", "PromptBuilder", "fim_scope", "suffix_stops"]
+__all__ = ["BuiltPrompt", "PromptBuilder", "fim_scope", "indent_width", "suffix_stops"]
 
 _PLAIN_STOP = "\n### User:"
 _TURN_ENDS = ("<|im_end|>",)
@@ -50,6 +50,12 @@ def suffix_stops(suffix: str) -> tuple[str, ...]:
     return tuple(stops)
 
 
+def indent_width(line: str) -> int:
+    """Columns of a line's leading whitespace, a tab counting 4."""
+    expanded = line.expandtabs(4)
+    return len(expanded) - len(expanded.lstrip())
+
+
 def fim_scope(prefix: str, suffix: str) -> tuple[int, bool] | None:
     """The scope of a fill-in-the-middle answer: the indentation of the first non-blank line
     of code after the cursor (after the cursor's own line when the cursor is inside one), and
@@ -62,8 +68,7 @@ def fim_scope(prefix: str, suffix: str) -> tuple[int, bool] | None:
     following = next((ln for ln in (lines if at_line_start else lines[1:]) if ln.strip()), None)
     if following is None:
         return None
-    expanded = following.expandtabs(4)
-    return len(expanded) - len(expanded.lstrip()), not suffix.startswith("\n")
+    return indent_width(following), not suffix.startswith("\n")
 
 
 class PromptBuilder:

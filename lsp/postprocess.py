@@ -14,6 +14,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ling_local.prompts import indent_width
+
 __all__ = ["Shape", "Site", "complete_lines", "finish", "plan", "process", "refit"]
 
 _OPENERS = {"(": ")", "[": "]", "{": "}"}
@@ -47,10 +49,6 @@ class Shape:
     closer_indent: int | None = None
     """Indentation at which a closing-bracket line may still end the block (opener case)."""
     max_lines: int = 1
-
-
-def indent_width(line: str) -> int:
-    return len(line.expandtabs(4)) - len(line.expandtabs(4).lstrip())
 
 
 def plan(site: Site, max_lines: int) -> Shape:

@@ -18,11 +18,8 @@ from ling_local.bench import fim_eval as ev
 from ling_local.bench.fim_eval import EVAL_SET, load_eval_set
 from ling_local.config import builtin_model_dir
 from training.tokenizer import (
-    EOT_ID,
-    FIM_END_ID,
     SPECIAL_TOKENS,
     VOCAB_SIZE,
-    load_tokenizer,
 )
 
 SOURCE = (
@@ -40,15 +37,6 @@ TINY_DRAFT_DIR = builtin_model_dir("tiny-draft")
 @pytest.fixture(scope="module")
 def model() -> torch.nn.Module:
     return AutoModelForCausalLM.from_pretrained(TINY_DIR, dtype=torch.float32).eval()
-
-
-@pytest.fixture(scope="module")
-def tok():
-    return load_tokenizer(TINY_DIR)
-
-
-def _complete(model, tok, prompt_ids: list[int], max_new: int) -> list[int]:
-    return ev.greedy_batch(model, [prompt_ids], max_new, {EOT_ID, FIM_END_ID}, "cpu")[0]
 
 
 def test_shipped_files_load_and_fit_the_budget(model) -> None:

@@ -13,6 +13,7 @@ import torch
 from tokenizers import Tokenizer
 
 from ling_local.bench import fim_eval as ev
+from ling_local.bench.acceptance import acceptance_lengths
 from training.tokenizer import (
     EOT_ID,
     FIM_END_ID,
@@ -102,7 +103,7 @@ def run_eval(
     if time.perf_counter() - t0 < deadline_s and record:
         prompts = [p for k in record for p in record[k][0]]
         gens = [g for k in record for g in record[k][1]]
-        result["acceptance"] = ev.acceptance_lengths(target, draft, prompts, gens, device)
+        result["acceptance"] = acceptance_lengths(target, draft, prompts, gens, device)
         print(f"[eval] acceptance: {result['acceptance']}", flush=True)
     result["seconds"] = time.perf_counter() - t0
     return result

@@ -25,6 +25,17 @@ from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, train
 
 # The prompt format the daemon and `bench quality` use, shared (ids 0-4 are the same).
 from ling_local.bench.fim_eval import (  # noqa: F401 (re-exported for the training code)
+    EOT,
+    EOT_ID,
+    FIM_END,
+    FIM_MIDDLE,
+    FIM_MIDDLE_ID,
+    FIM_PAD,
+    FIM_PAD_ID,
+    FIM_PREFIX,
+    FIM_PREFIX_ID,
+    FIM_SUFFIX,
+    FIM_SUFFIX_ID,
     FimMode,
     decode,
     encode,
@@ -32,17 +43,10 @@ from ling_local.bench.fim_eval import (  # noqa: F401 (re-exported for the train
     load_tokenizer,
 )
 
-EOT = "<|endoftext|>"
-FIM_PREFIX = "<|fim_prefix|>"
-FIM_MIDDLE = "<|fim_middle|>"
-FIM_SUFFIX = "<|fim_suffix|>"
-FIM_PAD = "<|fim_pad|>"
-FIM_END = "<|fim_end|>"
 IM_START = "<|im_start|>"
 IM_END = "<|im_end|>"
 SPECIAL_TOKENS = [EOT, FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX, FIM_PAD, FIM_END, IM_START, IM_END]
-(EOT_ID, FIM_PREFIX_ID, FIM_MIDDLE_ID, FIM_SUFFIX_ID, FIM_PAD_ID, FIM_END_ID, IM_START_ID,
- IM_END_ID) = range(8)  # fmt: skip
+FIM_END_ID, IM_START_ID, IM_END_ID = range(5, 8)
 VOCAB_SIZE = 12288
 
 CHAT_TEMPLATE = (

@@ -22,6 +22,7 @@ from rich.table import Table
 
 from ling_local.bench import fim_eval as ev
 from ling_local.bench import progress
+from ling_local.bench.acceptance import acceptance_lengths
 from ling_local.bench.fim_eval import (
     CHAT_EVAL_SET,
     EVAL_SET,
@@ -122,7 +123,7 @@ def run_quality(
             prompts = [p for kind in record for p in record[kind][0][:accept_limit]]
             gens = [g for kind in record for g in record[kind][1][:accept_limit]]
             result["draft_dir"] = draft_dir
-            result["acceptance"] = ev.acceptance_lengths(model, draft, prompts, gens, device)
+            result["acceptance"] = acceptance_lengths(model, draft, prompts, gens, device)
         if profile and chat_limit:
             status.update("chat through the daemon's prompt path...")
             result["chat"] = _chat(prof, chat_limit)

@@ -6,91 +6,90 @@ stopped at the newline as the editor asks for them."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 from ling_local.config import Profile
 from ling_local.engines.base import GenerationRequest, Priority, SamplingParams
 from ling_local.engines.embedded.torch_engine import TorchEngine
-from ling_local.prompts import PromptBuilder
+from ling_local.prompts import BuiltPrompt, PromptBuilder
 
 __all__ = ["ISSUE_EXAMPLES", "daemon_chat", "daemon_examples", "daemon_predictor"]
 
 MAX_NEW = {"single": 48, "multi": 128}
 
 
+@asynccontextmanager
+async def _engine(
+    profile: Profile, heal: bool = True
+) -> AsyncIterator[tuple[TorchEngine, PromptBuilder]]:
+    """A started engine for `profile` and its prompt builder; stopped on the way out."""
+    engine = TorchEngine(profile)
+    await engine.start()
+    try:
+        yield (
+            engine,
+            PromptBuilder(
+                profile.prompt, engine.tokenizer, heal=heal and engine.supports_token_healing
+            ),
+        )
+    finally:
+        await engine.stop()
+
+
+async def _collect(
+    engine: TorchEngine,
+    built: BuiltPrompt,
+    max_tokens: int,
+    *,
+    priority: Priority = Priority.CHAT,
+    extra_stop: tuple[str, ...] = (),
+) -> str:
+    """The greedy answer to one built prompt, as the daemon would stream it."""
+    request = GenerationRequest(
+        prompt=built.text,
+        prompt_ids=built.ids,
+        priority=priority,
+        sampling=SamplingParams(
+            max_tokens=max_tokens,
+            stop=(*built.stop, *extra_stop),
+            stop_token_ids=built.stop_token_ids,
+            scope=built.scope,
+        ),
+        first_token_ids=built.first_token_ids,
+        heal_text=built.heal_text,
+    )
+    return "".join([delta.text async for delta in engine.stream(request)])
+
+
 def daemon_predictor(profile: Profile) -> Callable[[list[dict]], list[str]]:
     """A predictor running each example through a TorchEngine built from `profile`."""
 
     async def run(examples: list[dict]) -> list[str]:
-        engine = TorchEngine(profile)
-        await engine.start()
-        prompts = PromptBuilder(
-            profile.prompt, engine.tokenizer, heal=engine.supports_token_healing
-        )
-        out = []
-        try:
-            for e in examples:
-                built = prompts.fim(e["prefix"], e["suffix"])
-                stop = (*built.stop, "\n") if e["kind"] == "single" else built.stop
-                request = GenerationRequest(
-                    prompt=built.text,
-                    prompt_ids=built.ids,
+        async with _engine(profile) as (engine, prompts):
+            return [
+                await _collect(
+                    engine,
+                    prompts.fim(e["prefix"], e["suffix"]),
+                    MAX_NEW[e["kind"]],
                     priority=Priority.COMPLETION,
-                    sampling=SamplingParams(
-                        max_tokens=MAX_NEW[e["kind"]],
-                        stop=stop,
-                        stop_token_ids=built.stop_token_ids,
-                        scope=built.scope,
-                    ),
-                    first_token_ids=built.first_token_ids,
-                    heal_text=built.heal_text,
+                    extra_stop=("\n",) if e["kind"] == "single" else (),
                 )
-                text = []
-                async for delta in engine.stream(request):
-                    text.append(delta.text)
-                out.append("".join(text))
-        finally:
-            await engine.stop()
-        return out
+                for e in examples
+            ]
 
     return lambda examples: asyncio.run(run(examples))
-
-
-def _collect(engine: TorchEngine, built, max_tokens: int, temperature: float = 0.0):
-    async def run() -> str:
-        request = GenerationRequest(
-            prompt=built.text,
-            prompt_ids=built.ids,
-            priority=Priority.CHAT,
-            sampling=SamplingParams(
-                max_tokens=max_tokens,
-                temperature=temperature,
-                stop=built.stop,
-                stop_token_ids=built.stop_token_ids,
-                scope=built.scope,
-            ),
-            first_token_ids=built.first_token_ids,
-            heal_text=built.heal_text,
-        )
-        return "".join([delta.text async for delta in engine.stream(request)])
-
-    return run()
 
 
 def daemon_chat(profile: Profile, requests: list[str], max_tokens: int = 256) -> list[str]:
     """Greedy answers to one-turn chat requests, with the profile's chat template."""
 
     async def run() -> list[str]:
-        engine = TorchEngine(profile)
-        await engine.start()
-        prompts = PromptBuilder(profile.prompt, engine.tokenizer)
-        try:
+        async with _engine(profile, heal=False) as (engine, prompts):
             return [
                 await _collect(engine, prompts.chat([{"role": "user", "content": r}]), max_tokens)
                 for r in requests
             ]
-        finally:
-            await engine.stop()
 
     return asyncio.run(run())
 
@@ -112,13 +111,8 @@ def daemon_examples(profile: Profile) -> list[dict]:
     """The issue's examples through the daemon's prompt path (greedy)."""
 
     async def run() -> list[dict]:
-        engine = TorchEngine(profile)
-        await engine.start()
-        prompts = PromptBuilder(
-            profile.prompt, engine.tokenizer, heal=engine.supports_token_healing
-        )
         out = []
-        try:
+        async with _engine(profile) as (engine, prompts):
             for name, kind, prompt, suffix, max_tokens in ISSUE_EXAMPLES:
                 if kind == "chat":
                     built = prompts.chat([{"role": "user", "content": prompt}])
@@ -126,8 +120,6 @@ def daemon_examples(profile: Profile) -> list[dict]:
                     built = prompts.completion(prompt, suffix)
                 text = await _collect(engine, built, max_tokens)
                 out.append({"name": name, "prompt": prompt, "suffix": suffix, "output": text})
-        finally:
-            await engine.stop()
         return out
 
     return asyncio.run(run())

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+from ling_local.prompts import indent_width
+
 __all__ = ["IncrementalDetokenizer", "ScopeLimit", "StopMatcher"]
 
 
@@ -43,11 +45,6 @@ class IncrementalDetokenizer:
         return new_text[len(prefix_text) :]
 
 
-def indent_width(line: str) -> int:
-    expanded = line.expandtabs(4)
-    return len(expanded) - len(expanded.lstrip())
-
-
 class ScopeLimit:
     """Ends a fill-in-the-middle answer before a line that goes back to the indentation of
     the code after the cursor: once the answer has a line of its own, a later line indented
@@ -56,22 +53,19 @@ class ScopeLimit:
     newline unless the suffix starts with one (``keep_newline``). Blank lines between are
     held back until the next line decides."""
 
-    __slots__ = (
-        "_cut", "_has_content", "_indent", "_keep_newline", "_line", "_passed", "_pos",
-        "_released", "_text",
-    )  # fmt: skip
+    __slots__ = ("_cut", "_indent", "_line", "_passed", "_pos", "_released", "_text", "_trim")
 
     def __init__(self, indent: int, keep_newline: bool = True) -> None:
         self._indent = indent
-        self._keep_newline = keep_newline
+        self._trim = 0 if keep_newline else 1
+        """Characters of the kept text's last newline that are not released."""
         self._text = ""
         self._released = 0
         self._pos = 0
         """Start of the line being looked at."""
         self._line = 0
-        self._has_content = False
         self._passed = -1
-        """The line that was let through (its indentation is known before it is complete)."""
+        """The last line let through (its indentation is known before it is complete)."""
         self._cut = 0
         """Just after the newline that ends the last line of the answer that is kept."""
 
@@ -79,34 +73,26 @@ class ScopeLimit:
         """Return (text safe to release now, whether the answer ends here)."""
         self._text += chunk
         text = self._text
-        safe = self._cut if self._keep_newline else max(0, self._cut - 1)
+        safe = max(0, self._cut - self._trim)
         while True:
             nl = text.find("\n", self._pos)
-            line = text[self._pos : len(text) if nl == -1 else nl]
-            if line.strip():
-                checked = self._line == self._passed  # seen in an earlier chunk already
-                if (
-                    not checked
-                    and self._line > 0
-                    and self._has_content
-                    and indent_width(line) <= self._indent
-                ):
-                    end = max(self._released, self._cut - (0 if self._keep_newline else 1))
-                    out = text[self._released : end]
-                    self._released = end
+            end = len(text) if nl == -1 else nl
+            has_text = bool(text[self._pos : end].strip())
+            if has_text and self._line != self._passed:  # a line not yet let through
+                if self._passed >= 0 and indent_width(text[self._pos : end]) <= self._indent:
+                    stop = max(self._released, self._cut - self._trim)
+                    out, self._released = text[self._released : stop], stop
                     return out, True
-                self._has_content = True
                 self._passed = self._line
-                safe = len(text) if nl == -1 else nl
-            elif self._line == 0:
-                safe = len(text) if nl == -1 else nl
+            if has_text or self._line == 0:
+                safe = end
             if nl == -1:
                 break
-            if line.strip() or self._line == 0:
+            if has_text or self._line == 0:
                 self._cut = nl + 1
             self._pos, self._line = nl + 1, self._line + 1
-        out = text[self._released : max(safe, self._released)]
-        self._released = max(safe, self._released)
+        safe = max(safe, self._released)
+        out, self._released = text[self._released : safe], safe
         return out, False
 
     def finish(self) -> str:
