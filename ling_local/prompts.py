@@ -6,6 +6,7 @@ contain ``<|endoftext|>`` cannot end or re-steer its own prompt.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from ling_local.config import PromptSettings
@@ -48,6 +49,23 @@ def suffix_stops(suffix: str) -> tuple[str, ...]:
     if len(following.strip()) >= 5:
         stops.append("\n" + following.rstrip())
     return tuple(stops)
+
+
+BLOCK_OPENER = re.compile(r"(?:[:({\[]|=>|\bdo|\bthen)\s*(?:#.*)?$")
+"""The end of a line that opens a block or a bracket: what follows goes on the next lines."""
+
+
+def completes_a_line(prefix: str, suffix: str) -> bool:
+    """Whether a fill-in-the-middle answer is the rest of the cursor's line alone: the
+    cursor is inside a line (text after it), or after text that opens no block or bracket
+    (someone typing a line). At the start of a line, on a blank one, or after an opener,
+    the answer may take several lines (:func:`fim_scope`)."""
+    line_prefix = prefix.rpartition("\n")[2]
+    if not line_prefix:
+        return False  # at the start of a line: whole lines go in before it
+    if suffix.partition("\n")[0].strip():
+        return True
+    return bool(line_prefix.strip()) and not BLOCK_OPENER.search(line_prefix.rstrip())
 
 
 def indent_width(line: str) -> int:
@@ -153,9 +171,11 @@ class PromptBuilder:
         pre, suf, mid = self._fim_tokens
         spm = self.settings.fim_format == "spm"
         text = f"{pre}{suf}{suffix}{mid}{prefix}" if spm else f"{pre}{prefix}{suf}{suffix}{mid}"
-        scope = fim_scope(prefix, suffix)
+        one_line = completes_a_line(prefix, suffix)
+        scope = None if one_line else fim_scope(prefix, suffix)
+        stops = (*self.stop, *suffix_stops(suffix), *(("\n",) if one_line else ()))
         if self.tokenizer is None:
-            return BuiltPrompt(text, None, (*self.stop, *suffix_stops(suffix)), scope=scope)
+            return BuiltPrompt(text, None, stops, scope=scope)
         if self._fim is None:
             raise RequestError(
                 "this model has no fill-in-the-middle tokens "
@@ -170,7 +190,7 @@ class PromptBuilder:
         return BuiltPrompt(
             text,
             self._bos + ids,
-            (*self.stop, *suffix_stops(suffix)),
+            stops,
             self.stop_token_ids,
             first_token_ids=first,
             heal_text=heal_text,

@@ -14,13 +14,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ling_local.prompts import indent_width
+from ling_local.prompts import BLOCK_OPENER, indent_width
 
 __all__ = ["Shape", "Site", "complete_lines", "finish", "plan", "process", "refit"]
 
 _OPENERS = {"(": ")", "[": "]", "{": "}"}
 _CLOSERS = {v: k for k, v in _OPENERS.items()}
-_BLOCK_OPENER = re.compile(r"(?:[:({\[]|=>|\bdo|\bthen)\s*(?:#.*)?$")
 _CLOSING_LINE = re.compile(r"^\s*(?:[)\]}]+[;,]?|end)\s*$")
 _REPEAT_IN_LINE = re.compile(r"(.{3,}?)\1{2,}")
 _UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f\ufffd]")
@@ -56,13 +55,13 @@ def plan(site: Site, max_lines: int) -> Shape:
     if site.line_suffix.strip():
         return Shape(False)
     if site.line_prefix.strip():
-        if _BLOCK_OPENER.search(site.line_prefix.rstrip()):
+        if BLOCK_OPENER.search(site.line_prefix.rstrip()):
             indent = indent_width(site.line_prefix)
             return Shape(True, indent, indent, max_lines)
         return Shape(False)
     # An empty line: the block around the cursor, or the body of the opener just above.
     cursor = indent_width(site.line_prefix)
-    if site.prev_line and _BLOCK_OPENER.search(site.prev_line.rstrip()):
+    if site.prev_line and BLOCK_OPENER.search(site.prev_line.rstrip()):
         opener = indent_width(site.prev_line)
         return Shape(True, max(cursor - 1, opener), None, max_lines)
     return Shape(True, cursor - 1, None, max_lines)

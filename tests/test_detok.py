@@ -61,10 +61,25 @@ def test_scope_ends_an_answer_before_a_line_back_at_the_suffixs_indentation() ->
     for chunks in (list(text), [text[:5], text[5:18], text[18:]], [text]):
         assert _scoped(chunks, (0, False)) == ("    return a + b", True)
     # the suffix starts at a line's text: the answer keeps its last newline
-    assert _scoped(list("        x,\n        y,\n    }\n"), (4, True)) == (
-        "        x,\n        y,\n",
+    assert _scoped(list("        x = 1\n        y = 2\n\n    def f(self):\n"), (4, True)) == (
+        "        x = 1\n        y = 2\n",
         True,
     )
+
+
+def test_scope_keeps_statements_that_follow_on_until_a_blank_line() -> None:
+    # an empty line in a body before `    return total` (indentation 4): the statements the
+    # model writes at that indentation, one after the other, are the answer; the blank line
+    # and the next paragraph are not
+    text = "    total = 0\n    for x in xs:\n        total += x\n\n    print(total)\n"
+    for chunks in (list(text), [text[:20], text[20:]], [text]):
+        assert _scoped(chunks, (4, True)) == (
+            "    total = 0\n    for x in xs:\n        total += x\n",
+            True,
+        )
+    # a line back at that indentation inside a bracket the answer opened is kept too
+    text = "    f(\n    a,\n    b)\n\n    g()\n"
+    assert _scoped(list(text), (4, True)) == ("    f(\n    a,\n    b)\n", True)
 
 
 def test_scope_keeps_deeper_lines_and_blank_lines_between_them() -> None:
@@ -81,9 +96,32 @@ def test_scope_holds_blank_lines_back_until_the_next_line_decides() -> None:
     m = StopMatcher((), (0, False))
     assert m.feed("    a = 1\n") == ("    a = 1", False)
     assert m.feed("\n") == ("", False)
-    assert m.feed("    b") == ("\n\n    b", False)
-    assert m.feed(" = 2\nprint") == (" = 2", True)
+    assert m.feed("    b") == ("", False)  # a later line is released once it is complete
+    assert m.feed(" = 2\n") == ("\n\n    b = 2", False)
+    assert m.feed("\nprint") == ("", True)
     assert m.text == "    a = 1\n\n    b = 2"
+
+
+def test_scope_ends_an_answer_that_repeats_its_own_lines() -> None:
+    # a small model in a loop (held-out list of names): the answer ends before the repeat
+    text = (
+        '    "humanize.duration",\n    "humanize.time",\n    "humanize.duration",\n    "humanize.'
+    )
+    for chunks in (list(text), [text[:30], text[30:50], text[50:]], [text]):
+        assert _scoped(chunks, (0, True)) == (
+            '    "humanize.duration",\n    "humanize.time",\n',
+            True,
+        )
+    # ...also when the answer runs out of tokens on the repeated line
+    assert _scoped(list("        x = compute(a)\n        x = compute(a)"), (4, True)) == (
+        "        x = compute(a)\n",
+        False,
+    )
+    # short lines (`else:`, `pass`, `)`) may repeat: they are not a loop
+    assert _scoped(list("        pass\n        pass\n"), (4, True)) == (
+        "        pass\n        pass\n",
+        False,
+    )
 
 
 def test_scope_and_stop_strings_together() -> None:
@@ -94,7 +132,7 @@ def test_scope_and_stop_strings_together() -> None:
 def test_scope_lets_the_first_line_of_its_own_through_whatever_the_chunks() -> None:
     # the cursor at the end of a line: the answer starts with a newline, and its first line
     # of its own may sit at the suffix's indentation
-    text = "\n    .. versionchanged:: 26.1.0\n        Added.\n    ..."
+    text = "\n    .. versionchanged:: 26.1.0\n        Added.\n\n    ..."
     for chunks in (list(text), [text]):
         assert _scoped(chunks, (4, True)) == (
             "\n    .. versionchanged:: 26.1.0\n        Added.\n",

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from ling_local.prompts import fim_scope
+from ling_local.config import PromptSettings
+from ling_local.prompts import PromptBuilder, completes_a_line, fim_scope
 
 
 def test_scope_is_the_indentation_of_the_code_after_the_cursor() -> None:
@@ -21,3 +22,27 @@ def test_the_rest_of_the_cursors_line_is_not_the_scope() -> None:
 def test_no_scope_at_the_end_of_a_file() -> None:
     assert fim_scope("def f():\n", "") is None
     assert fim_scope("def f():\n", "\n\n  \n") is None
+
+
+def test_an_answer_completes_the_line_someone_is_typing() -> None:
+    # text before the cursor that opens nothing, or text after it: the rest of the line only
+    assert completes_a_line("    return comment_ws, ", "\n\n    def f(self):\n")
+    assert completes_a_line("with open(path, ", ") as f:\n    data = f.read()\n")
+    assert completes_a_line("x = 1\nprint(", ")\n")
+    # an empty line, or a line that opens a block or a bracket: several lines may follow
+    assert not completes_a_line("def add(a, b):\n", "\n\nprint(add(1, 2))\n")
+    assert not completes_a_line("class A:\n    ", "\n")
+    assert not completes_a_line("def add(a, b):", "\n\nprint(add(1, 2))\n")
+    assert not completes_a_line("d = {  # names", "\n}\n")
+    assert not completes_a_line("", "")
+    # at the start of a line with text: whole lines go in before it
+    assert not completes_a_line("def f(xs):\n", "    return sum(xs)\n")
+    assert completes_a_line("def f(xs):\n    ", "return sum(xs)\n")
+
+
+def test_a_one_line_fim_prompt_stops_at_the_newline() -> None:
+    builder = PromptBuilder(PromptSettings(fim_format="spm"), None)
+    one = builder.fim("    return comment_ws, ", "\n\n    def f(self):\n")
+    assert "\n" in one.stop and one.scope is None
+    block = builder.fim("def add(a, b):\n", "\n\nprint(add(1, 2))\n")
+    assert "\n" not in block.stop and block.scope == (0, False)

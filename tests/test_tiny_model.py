@@ -223,6 +223,17 @@ def test_beats_repeat_previous_line_with_the_daemons_prompt() -> None:
     assert _edit_similarity(_daemon_path, examples) > baseline + 0.1
 
 
+def test_a_line_being_typed_gets_the_rest_of_that_line_only() -> None:
+    """With no stop from the client, someone typing a line gets the rest of that line: the
+    old model, which nothing cut, ran on for lines (exact match 2 % as sent, MODEL_CARD)."""
+    from ling_local.prompts import completes_a_line
+
+    examples = [e for e in _slice() if completes_a_line(e["prefix"], e["suffix"])]
+    assert len(examples) >= 5
+    for text, e in zip(_daemon_path(examples), examples, strict=True):
+        assert text.strip() and "\n" not in text, (text, e["middle"])
+
+
 def test_eval_set_is_shipped_with_both_kinds() -> None:
     examples = load_eval_set(EVAL_SET)
     kinds = {k: sum(e["kind"] == k for e in examples) for k in ("single", "multi")}

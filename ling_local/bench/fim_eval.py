@@ -298,11 +298,13 @@ def score(preds: list[str], examples: list[dict]) -> dict[str, float]:
     n = len(examples)
     pairs = list(zip(preds, examples, strict=True))
     em = sum(exact_match(p, e["middle"]) for p, e in pairs)
+    em_line = sum(exact_match(p.split("\n")[0], e["middle"]) for p, e in pairs)
     es = sum(edit_similarity(p, e["middle"]) for p, e in pairs)
     runs_on = sum(runs_into_suffix(p, e) for p, e in pairs if e["kind"] == "multi")
     return {
         "n": n,
         "exact_match": em / n,
+        "first_line_exact_match": em_line / n,
         "edit_similarity": es / n,
         "runs_into_suffix": runs_on / n,
     }

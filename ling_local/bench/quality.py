@@ -171,6 +171,7 @@ def quality_table(result: dict) -> Table:
     for kind in ("single", "multi"):
         table.add_column(f"{kind} EM", justify="right")
         table.add_column(f"{kind} ES", justify="right")
+    table.add_column("single EM, 1st line", justify="right")
     table.add_column("multi runs on", justify="right")
     table.add_column("seconds", justify="right")
     for name, scores in result["systems"].items():
@@ -178,6 +179,8 @@ def quality_table(result: dict) -> Table:
         for kind in ("single", "multi"):
             s = scores.get(kind, {"exact_match": float("nan"), "edit_similarity": float("nan")})
             cells += [f"{s['exact_match']:.1%}", f"{s['edit_similarity']:.3f}"]
+        line = scores.get("single", {}).get("first_line_exact_match", float("nan"))
+        cells.append(f"{line:.1%}")
         cells.append(f"{scores.get('multi', {}).get('runs_into_suffix', float('nan')):.1%}")
         secs = sum(scores[k].get("seconds", 0.0) for k in ("single", "multi") if k in scores)
         table.add_row(name, *cells, f"{secs:.1f}")

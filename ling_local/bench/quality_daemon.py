@@ -1,7 +1,8 @@
 """The product path for `bench quality`: eval examples through the embedded engine with the
 profile's prompt format (what the daemon does for a `/v1/completions` request with a
-`suffix`): SPM or PSM, token healing, banned FIM control tokens, single-line requests
-stopped at the newline as the editor asks for them."""
+`suffix`): SPM or PSM, token healing, banned FIM control tokens, and where the answer ends
+(the rest of the cursor's line, or the lines of the cursor's scope) decided by the daemon
+alone, as any client that sends only a prefix and a suffix gets it."""
 
 from __future__ import annotations
 
@@ -43,7 +44,6 @@ async def _collect(
     max_tokens: int,
     *,
     priority: Priority = Priority.CHAT,
-    extra_stop: tuple[str, ...] = (),
 ) -> str:
     """The greedy answer to one built prompt, as the daemon would stream it."""
     request = GenerationRequest(
@@ -52,7 +52,7 @@ async def _collect(
         priority=priority,
         sampling=SamplingParams(
             max_tokens=max_tokens,
-            stop=(*built.stop, *extra_stop),
+            stop=built.stop,
             stop_token_ids=built.stop_token_ids,
             scope=built.scope,
         ),
@@ -73,7 +73,6 @@ def daemon_predictor(profile: Profile) -> Callable[[list[dict]], list[str]]:
                     prompts.fim(e["prefix"], e["suffix"]),
                     MAX_NEW[e["kind"]],
                     priority=Priority.COMPLETION,
-                    extra_stop=("\n",) if e["kind"] == "single" else (),
                 )
                 for e in examples
             ]

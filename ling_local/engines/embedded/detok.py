@@ -45,15 +45,63 @@ class IncrementalDetokenizer:
         return new_text[len(prefix_text) :]
 
 
-class ScopeLimit:
-    """Ends a fill-in-the-middle answer before a line that goes back to the indentation of
-    the code after the cursor: once the answer has a line of its own, a later line indented
-    no deeper than ``indent`` starts what the suffix already holds (the next statement, the
-    next function), so the answer ends after its last line before it, with that line's
-    newline unless the suffix starts with one (``keep_newline``). Blank lines between are
-    held back until the next line decides."""
+def bracket_balance(line: str) -> int:
+    """Opening minus closing brackets in a line of Python, outside its string literals and
+    its comment (a string that spans lines is not followed)."""
+    depth, quote, i = 0, "", 0
+    while i < len(line):
+        c = line[i]
+        if quote:
+            if c == "\\":
+                i += 1
+            elif line.startswith(quote, i):
+                i += len(quote) - 1
+                quote = ""
+        elif c == "#":
+            break
+        elif c in "\"'":
+            quote = c * 3 if line.startswith(c * 3, i) else c
+            i += len(quote) - 1
+        elif c in "([{":
+            depth += 1
+        elif c in ")]}":
+            depth -= 1
+        i += 1
+    return depth
 
-    __slots__ = ("_cut", "_indent", "_line", "_passed", "_pos", "_released", "_text", "_trim")
+
+class ScopeLimit:
+    """Ends a fill-in-the-middle answer where what it writes belongs to the suffix or is a
+    loop. Once the answer has a line of its own, it ends before:
+
+    - a line indented no deeper than ``indent`` (the code after the cursor) that follows a
+      blank line: a new paragraph at the suffix's level (the next method, the next block of
+      statements) is what the suffix already holds, while statements that follow on from the
+      answer's lines with no blank line between are shown, as are lines inside brackets the
+      answer left open;
+    - a line that repeats one of the answer's own lines (at least :attr:`REPEAT_MIN`
+      characters): a small model going round in circles.
+
+    The answer ends after its last line before such a line, with that line's newline unless
+    the suffix starts with one (``keep_newline``). The cursor's line and the first line of
+    its own stream as they come; a later line is released when it is complete, and blank
+    lines between are held back until the next line decides."""
+
+    REPEAT_MIN = 8
+
+    __slots__ = (
+        "_blank",
+        "_cut",
+        "_depth",
+        "_indent",
+        "_line",
+        "_opened",
+        "_pos",
+        "_released",
+        "_seen",
+        "_text",
+        "_trim",
+    )
 
     def __init__(self, indent: int, keep_newline: bool = True) -> None:
         self._indent = indent
@@ -64,39 +112,60 @@ class ScopeLimit:
         self._pos = 0
         """Start of the line being looked at."""
         self._line = 0
-        self._passed = -1
-        """The last line let through (its indentation is known before it is complete)."""
+        self._opened = False
+        """Whether a line with text has been kept (the answer's first line of its own)."""
+        self._blank = False
+        """Whether the last complete line is blank."""
+        self._seen: set[str] = set()
+        self._depth = 0
+        """Brackets the kept lines leave open: a line inside them continues a statement."""
         self._cut = 0
         """Just after the newline that ends the last line of the answer that is kept."""
+
+    def _ends_before(self, line: str, complete: bool) -> bool:
+        body = line.strip()
+        if not body or not self._opened:
+            return False
+        if complete and len(body) >= self.REPEAT_MIN and body in self._seen:
+            return True
+        return self._blank and not self._depth and indent_width(line) <= self._indent
+
+    def _end(self) -> tuple[str, bool]:
+        stop = max(self._released, self._cut - self._trim)
+        out, self._released = self._text[self._released : stop], stop
+        return out, True
 
     def feed(self, chunk: str) -> tuple[str, bool]:
         """Return (text safe to release now, whether the answer ends here)."""
         self._text += chunk
         text = self._text
-        safe = max(0, self._cut - self._trim)
-        while True:
-            nl = text.find("\n", self._pos)
-            end = len(text) if nl == -1 else nl
-            has_text = bool(text[self._pos : end].strip())
-            if has_text and self._line != self._passed:  # a line not yet let through
-                if self._passed >= 0 and indent_width(text[self._pos : end]) <= self._indent:
-                    stop = max(self._released, self._cut - self._trim)
-                    out, self._released = text[self._released : stop], stop
-                    return out, True
-                self._passed = self._line
-            if has_text or self._line == 0:
-                safe = end
-            if nl == -1:
-                break
-            if has_text or self._line == 0:
+        while (nl := text.find("\n", self._pos)) != -1:
+            line = text[self._pos : nl]
+            if self._ends_before(line, complete=True):
+                return self._end()
+            self._blank = not line.strip()
+            if line.strip():
+                self._opened = True
+                self._seen.add(line.strip())
+                self._depth = max(0, self._depth + bracket_balance(line))
+            if line.strip() or self._line == 0:
                 self._cut = nl + 1
             self._pos, self._line = nl + 1, self._line + 1
+        partial = text[self._pos :]
+        if self._ends_before(partial, complete=False):
+            return self._end()
+        safe = max(0, self._cut - self._trim)
+        if self._line == 0 or (partial.strip() and not self._opened):
+            safe = len(text)  # the cursor's line, or the first line of its own: stream it
         safe = max(safe, self._released)
         out, self._released = text[self._released : safe], safe
         return out, False
 
     def finish(self) -> str:
-        """Whatever is held back, at the end of an answer that ended on its own."""
+        """Whatever is held back, at the end of an answer that ended on its own (unless its
+        last, unfinished line repeats an earlier one)."""
+        if self._ends_before(self._text[self._pos :], complete=True):
+            return self._end()[0]
         out = self._text[self._released :]
         self._released = len(self._text)
         return out
