@@ -13,7 +13,15 @@ from ling_local.config import PromptSettings
 from ling_local.errors import RequestError
 from ling_local.tokenization import TextTokenizer
 
-__all__ = ["BuiltPrompt", "PromptBuilder", "fim_scope", "indent_width", "suffix_stops"]
+__all__ = [
+    "BLOCK_OPENER",
+    "BuiltPrompt",
+    "PromptBuilder",
+    "completes_a_line",
+    "fim_scope",
+    "indent_width",
+    "suffix_stops",
+]
 
 _PLAIN_STOP = "\n### User:"
 _TURN_ENDS = ("<|im_end|>",)
@@ -74,18 +82,17 @@ def indent_width(line: str) -> int:
     return len(expanded) - len(expanded.lstrip())
 
 
-def fim_scope(prefix: str, suffix: str) -> tuple[int, bool] | None:
+def fim_scope(prefix: str, suffix: str) -> tuple[int, bool]:
     """The scope of a fill-in-the-middle answer: the indentation of the first non-blank line
-    of code after the cursor (after the cursor's own line when the cursor is inside one), and
-    whether the answer keeps its last newline (not when the suffix starts with one). The
-    answer ends before a later line of its own indented no deeper: a small model that has
-    filled the gap goes on to write the next statement or function, which the suffix already
-    has. None when nothing follows the cursor."""
+    of code after the cursor (after the cursor's own line when the cursor is inside one; 0
+    when nothing follows, at the end of a file), and whether the answer keeps its last
+    newline (not when the suffix starts with one). A small model that has filled the gap
+    goes on to write the next paragraph or function, which the suffix already has (or which
+    nobody asked for): :class:`~ling_local.engines.embedded.detok.ScopeLimit` ends the
+    answer before a line at that indentation after a blank line."""
     lines = suffix.split("\n")
     at_line_start = not prefix or prefix.endswith("\n")
-    following = next((ln for ln in (lines if at_line_start else lines[1:]) if ln.strip()), None)
-    if following is None:
-        return None
+    following = next((ln for ln in (lines if at_line_start else lines[1:]) if ln.strip()), "")
     return indent_width(following), not suffix.startswith("\n")
 
 

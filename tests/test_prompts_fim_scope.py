@@ -16,12 +16,13 @@ def test_scope_is_the_indentation_of_the_code_after_the_cursor() -> None:
 def test_the_rest_of_the_cursors_line_is_not_the_scope() -> None:
     # inside a line, the line's rest belongs to the cursor's own statement
     assert fim_scope("x = foo(", ")\n    y = 2\n") == (4, True)
-    assert fim_scope("x = foo(", ")") is None
+    assert fim_scope("x = foo(", ")") == (0, True)
 
 
-def test_no_scope_at_the_end_of_a_file() -> None:
-    assert fim_scope("def f():\n", "") is None
-    assert fim_scope("def f():\n", "\n\n  \n") is None
+def test_at_the_end_of_a_file_the_scope_is_the_top_level() -> None:
+    # nothing follows: the answer ends before a new top-level paragraph (the next function)
+    assert fim_scope("def f():\n", "") == (0, True)
+    assert fim_scope("def f():\n", "\n\n  \n") == (0, False)
 
 
 def test_an_answer_completes_the_line_someone_is_typing() -> None:
