@@ -122,8 +122,8 @@ class ScopeLimit:
         self._cut = 0
         """Just after the newline that ends the last line of the answer that is kept."""
 
-    def _ends_before(self, line: str, complete: bool) -> bool:
-        body = line.strip()
+    def _ends_before(self, line: str, body: str, complete: bool) -> bool:
+        """Whether the answer ends before `line` (`body`: the line stripped)."""
         if not body or not self._opened:
             return False
         if complete and len(body) >= self.REPEAT_MIN and body in self._seen:
@@ -141,21 +141,23 @@ class ScopeLimit:
         text = self._text
         while (nl := text.find("\n", self._pos)) != -1:
             line = text[self._pos : nl]
-            if self._ends_before(line, complete=True):
+            body = line.strip()
+            if self._ends_before(line, body, complete=True):
                 return self._end()
-            self._blank = not line.strip()
-            if line.strip():
+            self._blank = not body
+            if body:
                 self._opened = True
-                self._seen.add(line.strip())
+                self._seen.add(body)
                 self._depth = max(0, self._depth + bracket_balance(line))
-            if line.strip() or self._line == 0:
+            if body or self._line == 0:
                 self._cut = nl + 1
             self._pos, self._line = nl + 1, self._line + 1
         partial = text[self._pos :]
-        if self._ends_before(partial, complete=False):
+        body = partial.strip()
+        if self._ends_before(partial, body, complete=False):
             return self._end()
         safe = max(0, self._cut - self._trim)
-        if self._line == 0 or (partial.strip() and not self._opened):
+        if self._line == 0 or (body and not self._opened):
             safe = len(text)  # the cursor's line, or the first line of its own: stream it
         safe = max(safe, self._released)
         out, self._released = text[self._released : safe], safe
@@ -164,7 +166,8 @@ class ScopeLimit:
     def finish(self) -> str:
         """Whatever is held back, at the end of an answer that ended on its own (unless its
         last, unfinished line repeats an earlier one)."""
-        if self._ends_before(self._text[self._pos :], complete=True):
+        partial = self._text[self._pos :]
+        if self._ends_before(partial, partial.strip(), complete=True):
             return self._end()[0]
         out = self._text[self._released :]
         self._released = len(self._text)
