@@ -122,3 +122,23 @@ def test_the_rest_uses_the_triton_surface_only() -> None:
                 assert inner in surface, f"{where}: {inner} is not the package's surface"
                 assert name is None or name in _exports(inner), f"{where}: {inner}.{name}"
     assert used  # the engine does use the package
+
+
+# ------------------------------------------------------------------ the shipped model's format
+def test_the_model_format_has_one_home_in_the_runtime_package() -> None:
+    """Training, bench and the daemon take the tiny model's token format from
+    ling_local.tiny_format; nothing else defines its special-token strings or ids."""
+    from ling_local import tiny_format
+
+    assert tiny_format.SPECIAL_TOKENS[tiny_format.FIM_END_ID] == tiny_format.FIM_END
+    definers = []
+    for path in [*REPO.glob("training/*.py"), *REPO.glob("ling_local/bench/*.py")]:
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+                if node.value.value in tiny_format.SPECIAL_TOKENS[1:]:
+                    definers.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert definers == []
+    import training.tokenizer
+
+    assert training.tokenizer.fim_prompt is tiny_format.fim_prompt

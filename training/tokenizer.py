@@ -23,11 +23,13 @@ from pathlib import Path
 
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
 
-# The prompt format the daemon and `bench quality` use, shared (ids 0-4 are the same).
-from ling_local.bench.fim_eval import (  # noqa: F401 (re-exported for the training code)
+# The model's format has one home in the runtime package (the daemon and bench use it too).
+from ling_local.tiny_format import (  # noqa: F401 (re-exported for the training code)
+    CHAT_TEMPLATE,
     EOT,
     EOT_ID,
     FIM_END,
+    FIM_END_ID,
     FIM_MIDDLE,
     FIM_MIDDLE_ID,
     FIM_PAD,
@@ -36,25 +38,19 @@ from ling_local.bench.fim_eval import (  # noqa: F401 (re-exported for the train
     FIM_PREFIX_ID,
     FIM_SUFFIX,
     FIM_SUFFIX_ID,
+    IM_END,
+    IM_END_ID,
+    IM_START,
+    IM_START_ID,
+    SPECIAL_TOKENS,
+    VOCAB_SIZE,
     FimMode,
+    chat_prompt,
     decode,
     encode,
     fim_prompt,
     load_tokenizer,
 )
-
-IM_START = "<|im_start|>"
-IM_END = "<|im_end|>"
-SPECIAL_TOKENS = [EOT, FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX, FIM_PAD, FIM_END, IM_START, IM_END]
-FIM_END_ID, IM_START_ID, IM_END_ID = range(5, 8)
-VOCAB_SIZE = 12288
-
-CHAT_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n"
-    "{{ message['content'] }}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
-"""ChatML, the same text as ling_local.prompts builds for ``chat_template = "chatml"``."""
 
 
 def pre_tokenizer() -> pre_tokenizers.PreTokenizer:
@@ -122,14 +118,6 @@ def fim_example(
 ) -> list[int]:
     """A full training example: the prompt, the middle, ``<|fim_end|>``, ``<|endoftext|>``."""
     return [*fim_prompt(prefix_ids, suffix_ids, mode), *middle_ids, FIM_END_ID, EOT_ID]
-
-
-def chat_prompt(tok: Tokenizer, user: str) -> list[int]:
-    """The ids of a one-turn ChatML prompt, up to the assistant's first token."""
-    return [
-        IM_START_ID, *encode(tok, "user\n" + user), IM_END_ID, *encode(tok, "\n"),
-        IM_START_ID, *encode(tok, "assistant\n"),
-    ]  # fmt: skip
 
 
 def chat_example(tok_ids_user: list[int], tok_ids_answer: list[int], nl: list[int]) -> list[int]:

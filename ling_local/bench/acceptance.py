@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import torch
 
-from ling_local.bench.fim_eval import EOT_ID
+from ling_local.tiny_format import EOT_ID
 
 __all__ = ["acceptance_lengths", "argmax_tail"]
 

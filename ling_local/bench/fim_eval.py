@@ -21,49 +21,23 @@ import re
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Literal
 
 import torch
 from tokenizers import Tokenizer
+
+from ling_local.tiny_format import (
+    EOT_ID,
+    FIM_END,
+    FimMode,
+    decode,
+    encode,
+    fim_prompt,
+)
 
 EVAL_SET = Path(__file__).resolve().parent / "data" / "fim_eval_set.jsonl.gz"
 """Fixed FIM examples from the held-out packages (built by training/evalset.py)."""
 CHAT_EVAL_SET = Path(__file__).resolve().parent / "data" / "chat_eval_set.jsonl.gz"
 """"Write a Python function that ..." requests from the held-out packages' docstrings."""
-
-EOT = "<|endoftext|>"
-FIM_PREFIX = "<|fim_prefix|>"
-FIM_MIDDLE = "<|fim_middle|>"
-FIM_SUFFIX = "<|fim_suffix|>"
-FIM_PAD = "<|fim_pad|>"
-FIM_END = "<|fim_end|>"
-"""End of the middle (models trained since issue 25 end a FIM answer with it)."""
-SPECIAL_TOKENS = [EOT, FIM_PREFIX, FIM_MIDDLE, FIM_SUFFIX, FIM_PAD]
-EOT_ID, FIM_PREFIX_ID, FIM_MIDDLE_ID, FIM_SUFFIX_ID, FIM_PAD_ID = range(5)
-
-FimMode = Literal["psm", "spm"]
-
-
-def load_tokenizer(model_dir: str | Path) -> Tokenizer:
-    """The raw ``tokenizers`` object: fast, and free of transformers' decode clean-ups."""
-    return Tokenizer.from_file(str(Path(model_dir) / "tokenizer.json"))
-
-
-def encode(tok: Tokenizer, text: str) -> list[int]:
-    return tok.encode(text, add_special_tokens=False).ids
-
-
-def decode(tok: Tokenizer, ids: Sequence[int]) -> str:
-    return tok.decode(list(ids), skip_special_tokens=False)
-
-
-def fim_prompt(prefix_ids: list[int], suffix_ids: list[int], mode: FimMode = "psm") -> list[int]:
-    """Token ids of a FIM prompt; the model continues with the middle, then ``<|fim_end|>``."""
-    if mode == "psm":
-        return [FIM_PREFIX_ID, *prefix_ids, FIM_SUFFIX_ID, *suffix_ids, FIM_MIDDLE_ID]
-    if mode == "spm":
-        return [FIM_PREFIX_ID, FIM_SUFFIX_ID, *suffix_ids, FIM_MIDDLE_ID, *prefix_ids]
-    raise ValueError(f"unknown FIM mode {mode!r} (expected 'psm' or 'spm')")
 
 
 def load_eval_set(path: str | Path = EVAL_SET, limit: int | None = None) -> list[dict]:

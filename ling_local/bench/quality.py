@@ -23,14 +23,9 @@ from rich.table import Table
 from ling_local.bench import fim_eval as ev
 from ling_local.bench import progress
 from ling_local.bench.acceptance import acceptance_lengths
-from ling_local.bench.fim_eval import (
-    CHAT_EVAL_SET,
-    EVAL_SET,
-    FimMode,
-    load_eval_set,
-    load_tokenizer,
-)
+from ling_local.bench.fim_eval import CHAT_EVAL_SET, EVAL_SET, load_eval_set
 from ling_local.config import builtin_model_dir
+from ling_local.tiny_format import FimMode, load_tokenizer
 
 __all__ = ["run_quality"]
 
