@@ -135,9 +135,12 @@ def test_the_model_format_has_one_home_in_the_runtime_package() -> None:
     for path in [*REPO.glob("training/*.py"), *REPO.glob("ling_local/bench/*.py")]:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         for node in ast.walk(tree):
-            if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
-                if node.value.value in tiny_format.SPECIAL_TOKENS[1:]:
-                    definers.append(f"{path.relative_to(REPO)}:{node.lineno}")
+            if (
+                isinstance(node, ast.Assign)
+                and isinstance(node.value, ast.Constant)
+                and node.value.value in tiny_format.SPECIAL_TOKENS[1:]
+            ):
+                definers.append(f"{path.relative_to(REPO)}:{node.lineno}")
     assert definers == []
     import training.tokenizer
 
