@@ -199,7 +199,8 @@ class StandIn:
             "weight_version": "default",
             "num_retractions": 0,
         }
-        incremental = self.args.incremental_streaming_output
+        # Like SGLang's tokenizer manager: deltas only on a stream, whole text otherwise.
+        incremental = self.args.incremental_streaming_output and bool(body.get("stream"))
         ids, out, steps, t0, sent = list(prompt), [], 0, time.perf_counter(), ""
         sent_ids = 0
         try:
@@ -319,7 +320,7 @@ class StandIn:
                 return end
             queue.put_nowait(end)  # seen after this event
         out = dict(outs[-1])
-        if self.args.incremental_streaming_output and len(outs) > 1:
+        if self.args.incremental_streaming_output and len(outs) > 1:  # (streams only)
             out["text"] = "".join(o["text"] for o in outs)
             out["output_ids"] = [i for o in outs for i in o["output_ids"]]
         return out
