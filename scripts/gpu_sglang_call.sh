@@ -9,7 +9,10 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/out}
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .sglang-kit/wheels/*.whl || exit 1
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/dsite .gpu/daemon-wheels/*.whl || exit 1
+# The daemon's wheels; those the kit has too (same files) may be left out of
+# .gpu/daemon-wheels and named in its from-kit.txt, to keep the call under 64 MiB.
+FROM_KIT=$(sed 's|^|.sglang-kit/wheels/|' .gpu/daemon-wheels/from-kit.txt 2>/dev/null)
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/dsite .gpu/daemon-wheels/*.whl $FROM_KIT || exit 1
 export PYTHONUNBUFFERED=1
 KIT=(--kit-site /tmp/site --kit-stubs "$PWD/.sglang-kit/stubs" --daemon-site /tmp/dsite)
 LOCK=/tmp/gpu-turn.lock READY=/tmp/relay-check.ready

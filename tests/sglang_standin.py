@@ -450,7 +450,11 @@ def self_warmup(args: argparse.Namespace) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    log(f"server_args: model_path={args.model_path} port={args.port} tp_size={args.tp_size}")
+    # Like SGLang, which logs its whole ServerArgs, the API key included.
+    log(
+        f"server_args=ServerArgs(model_path={args.model_path!r}, port={args.port}, "
+        f"tp_size={args.tp_size}, api_key={args.api_key!r})"
+    )
     # A worker process in the server's process group, like SGLang's scheduler.
     subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)"])
     asyncio.run(serve(args))
