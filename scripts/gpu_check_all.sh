@@ -2,7 +2,8 @@
 # One device call with the SGLang kit (carry .sglang-kit and .gpu/daemon-wheels, from
 # ../shared/tools/sglang-gpu-kit/build.sh and scripts/gpu_wheels.sh; move ling_local/models
 # aside first: docs/sglang.md): STEPS (default all four, in this order)
-#   sglang - the daemon in front of the real SGLang (scripts/gpu_sglang_check.py, RUNS pairs)
+#   sglang - the daemon in front of the real SGLang (scripts/gpu_sglang_check.py, RUNS pairs,
+#            NEW_TOKENS; both of issue 37's lengths and the Ling rehearsal: gpu_sglang_call.sh)
 #   tests  - the embedded engine's GPU tests and the Triton kernel suite on the GPU
 #   sweep  - a Triton sweep around docs/bench/kernel_sweep_h200_run3.json's best (its
 #            best.json is for LING_LOCAL_TRITON_CONFIGS by hand)
@@ -21,7 +22,8 @@ export PYTHONUNBUFFERED=1
 if wants sglang; then
   step sglang check
   timeout ${SGLANG_S:-300} python3 scripts/gpu_sglang_check.py --kit-site /tmp/site \
-    --kit-stubs "$PWD/.sglang-kit/stubs" --daemon-site /tmp/dsite --runs ${RUNS:-16} 2>&1 \
+    --kit-stubs "$PWD/.sglang-kit/stubs" --daemon-site /tmp/dsite --runs ${RUNS:-16} \
+    --new-tokens ${NEW_TOKENS:-256} 2>&1 \
     | grep -v "it/s" | tail -25 | tee -a "$LOG"
 fi
 export PYTHONPATH=/tmp/dsite:$PWD LING_LOCAL_HOME=/tmp/ling-home

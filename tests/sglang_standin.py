@@ -1,11 +1,16 @@
 """A protocol-level stand-in for SGLang's HTTP server, for tests on machines without a GPU.
 
-It follows shared/reference/sglang.md: the same command line (parsed strictly, so a bad
-flag fails the start like the real server), ``/health`` and ``/health_generate`` (503 while
-loading), ``/generate`` streaming cumulative ``text``/``output_ids`` with ``meta_info``
-(token counts, cached tokens, speculation stats on the last event, finish_reason objects),
-``/abort_request`` by rid prefix, and ``--api-key`` on everything but ``/health*`` (given on
-the command line or, as the daemon does, in a ``--config`` YAML file).
+It follows shared/reference/sglang.md and SGLang 0.5.17's source: the same command line
+(parsed strictly, so a bad flag fails the start like the real server), the HTTP port bound
+only once the model is loaded, then SGLang's own warm-up (a keyed request to its own URL)
+unless ``--skip-server-warmup``, ``/health`` and ``/health_generate`` (503 until warmed
+up), ``/generate`` streaming cumulative ``text``/``output_ids`` with ``meta_info`` (token
+counts, cached tokens, speculation stats on the last event, finish_reason objects), or
+with ``--incremental-streaming-output`` each event's new text and ids only (a backlog of
+events coalesced into one, as SGLang's tokenizer manager does; without the flag only the
+newest of a backlog is sent), ``/abort_request`` by rid prefix, and ``--api-key`` on
+everything but ``/health*`` (given on the command line or, as the daemon does, in a
+``--config`` YAML file).
 Tokens come from the model's real tokenizer; their choice is a deterministic hash.
 
 Test-only knobs (environment): STANDIN_LOAD_S (time spent "loading"), STANDIN_TOKEN_S
@@ -63,6 +68,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--grammar-backend", choices=["xgrammar", "outlines", "llguidance", "none"])
     p.add_argument("--disable-piecewise-cuda-graph", action="store_true")
     p.add_argument("--cuda-graph-max-bs", type=int)
+    p.add_argument(
+        "--incremental-streaming-output", "--stream-output", action="store_true"
+    )  # --stream-output: SGLang's deprecated alias of the same setting
+    p.add_argument("--skip-server-warmup", action="store_true")
     p.add_argument("--log-level", default="info")
     return p.parse_args(_merge_config(p, argv))
 
@@ -190,7 +199,10 @@ class StandIn:
             "weight_version": "default",
             "num_retractions": 0,
         }
+        # Like SGLang's tokenizer manager: deltas only on a stream, whole text otherwise.
+        incremental = self.args.incremental_streaming_output and bool(body.get("stream"))
         ids, out, steps, t0, sent = list(prompt), [], 0, time.perf_counter(), ""
+        sent_ids = 0
         try:
             await asyncio.sleep(self.token_s)  # prefill
             while True:
@@ -215,7 +227,8 @@ class StandIn:
                         finish, text = {"type": "stop", "matched": s}, text[: text.index(s)]
                 if finish is None:  # like SGLang: hold back an incomplete UTF-8 character
                     text = text.rstrip("\ufffd")
-                text = sent = text if len(text) >= len(sent) else sent
+                text = text if len(text) >= len(sent) else sent
+                delta, sent = text[len(sent) :], text
                 if state["aborted"] and finish is None:
                     finish = {
                         "type": "abort",
@@ -234,7 +247,11 @@ class StandIn:
                     meta["spec_verify_ct"] = steps
                     meta["spec_accept_length"] = meta["completion_tokens"] / steps
                     meta["spec_accept_rate"] = 0.5
-                yield {"text": text, "output_ids": list(out), "meta_info": meta}
+                if incremental:
+                    yield {"text": delta, "output_ids": out[sent_ids:], "meta_info": meta}
+                    sent_ids = len(out)
+                else:
+                    yield {"text": text, "output_ids": list(out), "meta_info": meta}
                 if finish is not None:
                     return
                 await asyncio.sleep(self.token_s)
@@ -276,7 +293,7 @@ class StandIn:
 
         async def events():
             try:
-                while (out := await queue.get()) is not None:
+                while (out := await self.next_output(queue)) is not None:
                     if isinstance(out, ValueError):
                         error = {"message": str(out), "type": "invalid_request_error", "code": 400}
                         yield b"data: " + json.dumps({"error": error}).encode() + b"\n\n"
@@ -290,6 +307,23 @@ class StandIn:
             yield b"data: [DONE]\n\n"
 
         return StreamingResponse(events(), media_type="text/event-stream")
+
+    async def next_output(self, queue: asyncio.Queue):
+        """The next event of a stream: everything queued since the last one, as SGLang's
+        tokenizer manager drains it (deltas concatenated, or the newest cumulative one)."""
+        outs = [await queue.get()]
+        while outs[-1] is not None and not isinstance(outs[-1], Exception) and not queue.empty():
+            outs.append(queue.get_nowait())
+        if outs[-1] is None or isinstance(outs[-1], Exception):
+            end = outs.pop()
+            if not outs:
+                return end
+            queue.put_nowait(end)  # seen after this event
+        out = dict(outs[-1])
+        if self.args.incremental_streaming_output and len(outs) > 1:  # (streams only)
+            out["text"] = "".join(o["text"] for o in outs)
+            out["output_ids"] = [i for o in outs for i in o["output_ids"]]
+        return out
 
     def disconnect_abort(self, rid: str) -> None:
         if rid in self.running:
@@ -331,6 +365,17 @@ class StandIn:
             ]
         )
 
+    async def model_info(self, request: Request) -> Response:
+        if not self.authorized(request):
+            return JSONResponse({"error": "Unauthorized"}, status_code=401)
+        return JSONResponse(
+            {
+                "model_path": self.args.model_path,
+                "is_generation": True,
+                "has_image_understanding": False,
+            }
+        )
+
     async def requests_route(self, request: Request) -> Response:
         if not self.authorized(request):
             return JSONResponse({"error": "Unauthorized"}, status_code=401)
@@ -346,6 +391,8 @@ class StandIn:
                 Route("/generate", self.generate_route, methods=["POST", "PUT"]),
                 Route("/abort_request", self.abort, methods=["POST"]),
                 Route("/get_load", self.load),
+                Route("/model_info", self.model_info),
+                Route("/get_model_info", self.model_info),
                 Route("/standin/crash", self.crash, methods=["POST"]),
                 Route("/standin/requests", self.requests_route),
             ]
@@ -354,11 +401,6 @@ class StandIn:
 
 async def serve(args: argparse.Namespace) -> None:
     standin = StandIn(args)
-    config = uvicorn.Config(
-        standin.app(), host=args.host, port=args.port, log_level="warning", access_log=False
-    )
-    server = uvicorn.Server(config)
-    task = asyncio.create_task(server.serve())
     load_s = float(os.environ.get("STANDIN_LOAD_S", "0.3"))
     log("Load weight begin. avail mem=79.10 GB")
     shards = 4
@@ -375,14 +417,44 @@ async def serve(args: argparse.Namespace) -> None:
         log("RuntimeError: CUDA out of memory. Tried to allocate 20.00 GiB (stand-in)")
         os._exit(1)
     log("Load weight end. type=LlamaForCausalLM, dtype=torch.bfloat16, mem usage=2.1 GB")
+    # Like SGLang, the HTTP port is bound only now, after the model is loaded.
+    config = uvicorn.Config(
+        standin.app(), host=args.host, port=args.port, log_level="warning", access_log=False
+    )
+    server = uvicorn.Server(config)
+    task = asyncio.create_task(server.serve())
+    while not server.started:
+        if task.done():  # the port was taken: uvicorn logged it and gave up
+            log(f"could not bind {args.host}:{args.port}; exiting")
+            os._exit(1)
+        await asyncio.sleep(0.01)
+    if not args.skip_server_warmup:
+        await asyncio.to_thread(self_warmup, args)
     standin.loaded = True
     log("The server is fired up and ready to roll!")
     await task
 
 
+def self_warmup(args: argparse.Namespace) -> None:
+    """SGLang's own warm-up (_execute_server_warmup): a request to its own URL, with its
+    API key, which reaches whatever process answers on that port."""
+    import urllib.request
+
+    headers = {"Authorization": f"Bearer {args.api_key}"} if args.api_key else {}
+    url = f"http://{args.host}:{args.port}/model_info"
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=5).read()
+    except OSError as err:
+        log(f"warmup request failed: {err}")
+
+
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    log(f"server_args: model_path={args.model_path} port={args.port} tp_size={args.tp_size}")
+    # Like SGLang, which logs its whole ServerArgs, the API key included.
+    log(
+        f"server_args=ServerArgs(model_path={args.model_path!r}, port={args.port}, "
+        f"tp_size={args.tp_size}, api_key={args.api_key!r})"
+    )
     # A worker process in the server's process group, like SGLang's scheduler.
     subprocess.Popen([sys.executable, "-c", "import time\nwhile True: time.sleep(1)"])
     asyncio.run(serve(args))

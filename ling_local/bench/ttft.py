@@ -156,12 +156,13 @@ def sglang_row(
 
     from ling_local.bench.fresh_daemon import sigterm_exits
     from ling_local.config import load_profile
-    from ling_local.engines.sglang.command import build_command, free_port
+    from ling_local.engines.sglang.command import build_command, reserve_port
     from ling_local.engines.sglang.process import ChildProcess
 
     profile = load_profile(profile_path)
     profile.model.path = str(model_dir)
-    command = build_command(profile, port=free_port(), api_key=secrets.token_hex(16))
+    held = reserve_port()
+    command = build_command(profile, port=held.getsockname()[1], api_key=secrets.token_hex(16))
     child = ChildProcess(
         command, Path(tempfile.mkdtemp(prefix="ling-bench-sglang-")) / "sglang.log"
     )
@@ -174,10 +175,12 @@ def sglang_row(
                 base_url=command.url, headers=headers, timeout=120, trust_env=False
             ) as http:
                 _wait_healthy(http, child, t0 + profile.sglang.startup_timeout_s)
+                held.close()
                 row, ids = _sglang_timings(http, prompt, new_tokens, repeats, prompts)
             row.note = f"start {time.perf_counter() - t0:.0f}s" + row.note
             return row, ids
         finally:
+            held.close()
             asyncio.run(child.stop(grace_s=10.0))
 
 

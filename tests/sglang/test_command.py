@@ -59,10 +59,18 @@ def pairs(flags: list[str]) -> list[tuple[str, str | None]]:
 
 
 def generated(profile: str) -> tuple[dict[str, str], list[str]]:
-    """(profile-specific env, flags without the daemon-owned address and key)."""
+    """(profile-specific env, flags without the daemon-owned ones: streaming mode, warm-up,
+    address, port and key)."""
     cmd = build_command(load_profile(profile), port=40000, api_key="k" * 64)
     assert cmd.argv[1:3] == ["-m", "sglang.launch_server"]
-    tail = ["--host", "127.0.0.1", "--port", "40000", "--config", str(cmd.key_file)]
+    tail = [
+        "--incremental-streaming-output",
+        "--skip-server-warmup",
+        "--host",
+        "127.0.0.1",
+        "--config",
+        str(cmd.key_file),
+    ]
     assert cmd.argv[-6:] == tail
     env = {k: v for k, v in cmd.env.items() if k not in SAFE_GPU_ENV and k != "PYTHONUNBUFFERED"}
     for key, value in SAFE_GPU_ENV.items():
@@ -161,15 +169,18 @@ def test_child_environment_drops_the_daemons_own_settings() -> None:
     assert env["HF_HOME"] == "/hf" and env["NCCL_NVLS_ENABLE"] == "0"
 
 
-def test_the_key_is_in_a_private_config_file_never_on_the_command_line() -> None:
-    cmd = build_command(profile_from_dict(sglang_profile()), port=1, api_key="s3cret" * 8)
+def test_the_key_and_port_are_in_a_private_config_file_never_on_the_command_line() -> None:
+    # Any local user can read /proc/PID/cmdline: with the port there, another user could
+    # bind it during the minutes SGLang spends loading, and receive the key (issue 39).
+    cmd = build_command(profile_from_dict(sglang_profile()), port=40123, api_key="s3cret" * 8)
     assert not any("s3cret" in a for a in cmd.argv) and "--api-key" not in cmd.argv
+    assert "--port" not in cmd.argv and not any("40123" in a for a in cmd.argv)
     assert "s3cret" not in cmd.redacted()
     assert cmd.argv[-2:] == ["--config", str(cmd.key_file)]
     cmd.write_key_file()
     assert stat.S_IMODE(cmd.key_file.stat().st_mode) == 0o600
     assert stat.S_IMODE(cmd.key_file.parent.stat().st_mode) == 0o700
-    assert yaml.safe_load(cmd.key_file.read_text()) == {"api-key": "s3cret" * 8}
+    assert yaml.safe_load(cmd.key_file.read_text()) == {"api-key": "s3cret" * 8, "port": 40123}
     cmd.remove_key_file()
     assert not cmd.key_file.exists()
 

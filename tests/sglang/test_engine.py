@@ -56,7 +56,7 @@ async def engine(standin_profile):
     await eng.stop()
 
 
-async def test_stream_relays_cumulative_text_as_deltas(engine: SGLangEngine) -> None:
+async def test_stream_relays_sglangs_incremental_events_as_deltas(engine: SGLangEngine) -> None:
     finished: list[GenerationStats] = []
     req = request(engine, "def add(a, b):\n", finished, max_tokens=20, ignore_eos=True)
     _, deltas = await collect(engine, req)
@@ -218,6 +218,20 @@ async def test_too_many_crashes_mark_the_engine_failed(standin_profile) -> None:
             await asyncio.sleep(0.05)
         assert eng.health().state is EngineState.FAILED
         assert "giving up" in eng.health().detail
+    finally:
+        await eng.stop()
+
+
+async def test_the_childs_log_which_holds_its_key_is_private(standin_profile) -> None:
+    umask = os.umask(0o022)  # the usual default: files 0644, directories 0755
+    eng = SGLangEngine(standin_profile())
+    await eng.start()
+    os.umask(umask)
+    try:
+        key = json.loads(child_info_file().read_text())["api_key"]
+        assert key in eng.log_path.read_text()  # SGLang logs its ServerArgs, key included
+        assert oct(eng.log_path.stat().st_mode)[-3:] == "600"
+        assert oct(eng.log_path.parent.stat().st_mode)[-3:] == "700"
     finally:
         await eng.stop()
 

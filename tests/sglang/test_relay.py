@@ -1,5 +1,6 @@
-"""The /generate relay on byte streams in SGLang's wire format (events split and merged
-across reads the way TCP delivers them)."""
+"""The /generate relay on byte streams in SGLang's wire format with
+``--incremental-streaming-output`` (each event its new text and ids, running counts in
+meta_info), events split and merged across reads the way TCP delivers them."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from ling_local.engines.base import GenerationRequest, SamplingParams
 from ling_local.engines.sglang.relay import Flight, relay_events
 
 
-def event(text: str, n: int, finish: dict | None = None, **meta) -> bytes:
+def event(text: str, n: int, finish: dict | None = None, new: int = 1, **meta) -> bytes:
+    """One event: `text` and `new` ids added, `n` tokens so far."""
     info = {
         "id": "r",
         "finish_reason": finish,
@@ -20,7 +22,7 @@ def event(text: str, n: int, finish: dict | None = None, **meta) -> bytes:
         "completion_tokens": n,
         **meta,
     }
-    body = {"text": text, "output_ids": list(range(n)), "meta_info": info}
+    body = {"text": text, "output_ids": list(range(n - new, n)), "meta_info": info}
     return b"data: " + json.dumps(body).encode() + b"\n\n"
 
 
@@ -34,10 +36,8 @@ async def relay(*reads: bytes, stop: tuple[str, ...] = ()):
 
 
 async def test_a_backlog_of_events_becomes_one_delta() -> None:
-    backlog = event("a", 1) + event("ab", 2) + event("abc", 3)
-    final = event(
-        "abcd", 4, {"type": "length", "length": 4}, spec_verify_ct=2, spec_accept_length=2.0
-    )
+    backlog = event("a", 1) + event("b", 2) + event("c", 3)
+    final = event("d", 4, {"type": "length", "length": 4}, spec_verify_ct=2, spec_accept_length=2.0)
     deltas, flight = await relay(backlog, final[:10], final[10:] + b"data: [DONE]\n\n")
     assert [(d.text, d.n_tokens) for d in deltas] == [("abc", 3), ("d", 1)]
     last = deltas[-1]
@@ -66,6 +66,19 @@ async def test_user_abort_is_a_cancellation_and_a_refusal_is_an_error() -> None:
 async def test_a_partial_stop_string_is_held_back_then_dropped() -> None:
     # SGLang streams "x\n#" before it sees the whole stop string "\n##".
     deltas, _ = await relay(
-        event("x\n#", 2), event("x\n#", 3, {"type": "stop", "matched": "\n##"}), stop=("\n##",)
+        event("x\n#", 2, new=2), event("", 3, {"type": "stop", "matched": "\n##"}), stop=("\n##",)
     )
     assert "".join(d.text for d in deltas) == "x"
+
+
+async def test_multi_token_events_are_relayed_exactly_with_a_stop_string_across_them() -> None:
+    # Speculation: one event per verify step, several tokens each; the stop string spans
+    # two events and SGLang trims it from the final text.
+    deltas, flight = await relay(
+        event("def f():\n    ret", 4, new=4),
+        event("urn 1\n\nde", 9, new=5),
+        event("", 10, {"type": "stop", "matched": "\n\ndef"}),
+        stop=("\n\ndef",),
+    )
+    assert "".join(d.text for d in deltas) == "def f():\n    return 1"
+    assert [d.n_tokens for d in deltas] == [4, 5, 1] and flight.stats.completion_tokens == 10

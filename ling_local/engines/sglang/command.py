@@ -1,9 +1,16 @@
 """A profile turned into the real ``python -m sglang.launch_server`` command line and the
 environment of the child process.
 
-The daemon owns the address (127.0.0.1 on a free port), the API key (random per start, given
-to SGLang in a private ``--config`` file, never on the command line) and the model path; everything else comes from the profile, in the order a person would type it,
-so the Ling profiles reproduce the published recipes flag for flag.
+The daemon owns the address (127.0.0.1 on a port it holds until SGLang binds it), the API
+key (random per start) and the model path. Key and port are given to SGLang in a private
+``--config`` file, never on the command line, which any local user can read: a process
+that does not know the port cannot bind it first. Two flags are always added:
+``--incremental-streaming-output`` (each event carries only its new text and ids, so the
+relay's work per event does not grow with the answer) and ``--skip-server-warmup``
+(SGLang's own warm-up sends its API key to its URL before anyone has checked who serves
+it; the daemon warms up itself, after that check). Everything else comes from the
+profile, in the order a person would type it, so the Ling profiles reproduce the published
+recipes flag for flag.
 """
 
 from __future__ import annotations
@@ -11,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shlex
 import socket
 import sys
@@ -25,16 +33,18 @@ __all__ = [
     "LaunchCommand",
     "build_command",
     "child_environment",
-    "free_port",
     "local_model_dir",
     "model_context_length",
     "model_reference",
     "profile_flags",
+    "reserve_port",
 ]
 
 HOST = "127.0.0.1"
 #: Set for every child: SGLang's logs reach the file (and the progress display) at once.
 BASE_ENV = {"PYTHONUNBUFFERED": "1"}
+#: Added to every command line: the relay reads deltas, and the daemon warms up itself.
+DAEMON_FLAGS = ("--incremental-streaming-output", "--skip-server-warmup")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,8 +55,8 @@ class LaunchCommand:
     port: int
     api_key: str
     key_file: Path
-    """The ``--config`` YAML that gives SGLang its API key: any local user can read a
-    process's command line (/proc/PID/cmdline), so the key is never on it."""
+    """The ``--config`` YAML that gives SGLang its API key and port: any local user can
+    read a process's command line (/proc/PID/cmdline), so neither is on it."""
 
     @property
     def url(self) -> str:
@@ -68,7 +78,7 @@ class LaunchCommand:
         fd = os.open(self.key_file, flags, 0o600)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             # SGLang's --config turns each key into a flag; quoted, the key stays a string.
-            f.write(f'api-key: "{self.api_key}"\n')
+            f.write(f'api-key: "{self.api_key}"\nport: {self.port}\n')
 
     def remove_key_file(self) -> None:
         """SGLang reads its config file once, at start-up: the key need not stay on disk."""
@@ -138,7 +148,7 @@ def build_command(profile: Profile, *, port: int, api_key: str) -> LaunchCommand
     """The command line and environment of one SGLang start. The API key goes in a file
     (`LaunchCommand.write_key_file`) that the command names with ``--config``."""
     python = profile.sglang.python or sys.executable
-    key_file = paths.runtime_dir() / f"sglang-{port}.yaml"
+    key_file = paths.runtime_dir() / f"sglang-{secrets.token_hex(8)}.yaml"
     argv = [
         python,
         "-m",
@@ -146,10 +156,9 @@ def build_command(profile: Profile, *, port: int, api_key: str) -> LaunchCommand
         "--model-path",
         model_reference(profile, profile.model.path),
         *profile_flags(profile),
+        *DAEMON_FLAGS,
         "--host",
         HOST,
-        "--port",
-        str(port),
         "--config",
         str(key_file),
     ]
@@ -168,8 +177,20 @@ def child_environment(command: LaunchCommand, base: Mapping[str, str] | None = N
     return env
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now (SGLang binds it a moment later)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+def reserve_port() -> socket.socket:
+    """A socket bound to a free port on 127.0.0.1, held until SGLang serves on that port.
+
+    It is bound with SO_REUSEADDR and never listens: Linux then lets SGLang's own listener
+    (uvicorn sets SO_REUSEADDR too) bind the port, while a plain bind by anyone else fails
+    and the kernel hands the port to no outgoing connection. A binder that also sets
+    SO_REUSEADDR is not stopped by it: that is why the port is kept off the command line
+    and the listener's owner is checked (`listener.verify_listener`) before the key is
+    sent."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((HOST, 0))
-        return sock.getsockname()[1]
+    except OSError:
+        sock.close()
+        raise
+    return sock

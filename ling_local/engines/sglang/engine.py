@@ -2,7 +2,8 @@
 
 Lifecycle: load the model's tokenizer (prompts are built and counted here, and SGLang gets
 ``input_ids``), launch the server on 127.0.0.1 with a random key, wait for ``/health``
-while watching the process and showing load progress, warm up, serve. A crash while
+(asked without the key) while watching the process and showing load progress, check that
+the process listening on the port is the child (`listener`), warm up, serve. A crash while
 serving ends the requests in flight with an error, marks the engine ``starting`` and
 relaunches it with backoff; too many crashes in a row mark it ``failed``.
 """
@@ -34,11 +35,12 @@ from ling_local.engines.base import (
 from ling_local.engines.sglang.command import (
     HOST,
     build_command,
-    free_port,
     local_model_dir,
     model_context_length,
     model_reference,
+    reserve_port,
 )
+from ling_local.engines.sglang.listener import PortTaken, verify_listener
 from ling_local.engines.sglang.process import ChildProcess, child_info_file
 from ling_local.engines.sglang.progress import LoadProgress, LogFollower, ProgressDisplay
 from ling_local.engines.sglang.relay import (
@@ -60,6 +62,7 @@ _LOG_TAIL = 15
 _HEALTH_TIMEOUT = aiohttp.ClientTimeout(total=2.0)
 _ABORT_TIMEOUT = aiohttp.ClientTimeout(total=5.0)
 _DRAIN_TIMEOUT_S = 5.0
+_PORT_TRIES = 3
 
 
 class SGLangEngine:
@@ -79,6 +82,8 @@ class SGLangEngine:
         self._http: aiohttp.ClientSession | None = None
         self._wire: WirePool | None = None
         """The /generate connections (`wire`: the token path without aiohttp)."""
+        self._auth: dict[str, str] = {}
+        """The child's key as a header, for aborts: set once the child is verified."""
         self._flights: dict[int, Flight] = {}
         self._crashes: deque[float] = deque()
         self._supervisor: asyncio.Task | None = None
@@ -117,25 +122,43 @@ class SGLangEngine:
             self.context_length = model_max
 
     async def _launch(self) -> None:
-        command = build_command(self.profile, port=free_port(), api_key=_new_api_key())
+        for attempt in range(1, _PORT_TRIES + 1):
+            try:
+                await self._launch_once()
+                return
+            except PortTaken as err:
+                log.error("%s (attempt %d of %d)", err.message, attempt, _PORT_TRIES)
+                if attempt == _PORT_TRIES:
+                    raise
+
+    async def _launch_once(self) -> None:
+        held = reserve_port()  # nobody else binds it plainly, no connection gets it
+        port = held.getsockname()[1]
+        command = build_command(self.profile, port=port, api_key=_new_api_key())
         child = ChildProcess(command, self.log_path)
         self._child = child
         log.info("launching SGLang: %s", command.redacted())
         # Health checks, aborts and the model's metadata go through aiohttp; /generate, the
         # token path, through `wire` (one write per request, httptools parsing the stream).
+        # The session has no key: it goes along only once the listener is known to be ours.
         http = aiohttp.ClientSession(
             base_url=command.url,
-            headers={"Authorization": f"Bearer {command.api_key}"},
             timeout=aiohttp.ClientTimeout(total=None, sock_connect=5.0),
             connector=aiohttp.TCPConnector(limit=64),
         )
         child.start()
         try:
             await self._wait_healthy(child, http)
+            pid = verify_listener(port, child.pid)
+            log.info("127.0.0.1:%d is served by SGLang's process %d", port, pid)
+            held.close()
             command.remove_key_file()  # read at start-up; answering /health means it has
             await asyncio.to_thread(self._load_tokenizer, required=True)
             self._http = http
-            self._wire = WirePool(HOST, command.port, command.api_key)
+            self._auth = {"Authorization": f"Bearer {command.api_key}"}
+            self._wire = WirePool(
+                HOST, port, command.api_key, alive=lambda: child.returncode is None
+            )
             if self.profile.engine.warmup:
                 self.detail = "warming up"
                 await self._warmup()
@@ -144,6 +167,8 @@ class SGLangEngine:
             await asyncio.shield(child.stop(grace_s=5.0))
             await http.close()
             raise
+        finally:
+            held.close()
         child.write_info(child_info_file(), self.log_path)
         self.state = EngineState.READY
         self.detail = ""
@@ -289,7 +314,10 @@ class SGLangEngine:
             return
         try:
             async with http.post(
-                "/abort_request", json={"rid": flight.rid}, timeout=_ABORT_TIMEOUT
+                "/abort_request",
+                json={"rid": flight.rid},
+                headers=self._auth,
+                timeout=_ABORT_TIMEOUT,
             ) as response:
                 await response.read()
         except (aiohttp.ClientError, TimeoutError) as err:

@@ -72,13 +72,21 @@ class ChildProcess:
         self.started_at = 0.0
 
     def start(self) -> None:
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        # SGLang writes its whole ServerArgs to the log at start-up, the API key included:
+        # the log is this user's only (0600 in a 0700 directory), whatever the umask.
+        paths.ensure_private_dir(self.log_path.parent)
+        os.chmod(self.log_path.parent, 0o700)
         if self.log_path.exists() and self.log_path.stat().st_size:
-            self.log_path.replace(self.log_path.with_suffix(".log.1"))
+            previous = self.log_path.with_suffix(".log.1")
+            self.log_path.replace(previous)
+            os.chmod(previous, 0o600)
         argv = self.command.argv
         wrapped = [argv[0], "-c", _EXEC_WITH_PARENT_DEATH_SIGNAL, str(os.getpid()), *argv]
         self.command.write_key_file()
-        with open(self.log_path, "ab") as out:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(self.log_path, flags, 0o600)
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "ab") as out:
             out.write(f"# ling-local: {self.command.redacted()}\n".encode())
             out.flush()
             self.process = subprocess.Popen(

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import httptools
 
@@ -169,10 +169,17 @@ class WireResponse:
 
 
 class WirePool:
-    """Kept-alive connections to one loopback HTTP server, one request at a time each."""
+    """Kept-alive connections to one loopback HTTP server, one request at a time each.
 
-    def __init__(self, host: str, port: int, api_key: str) -> None:
+    `alive` says whether the server process that was verified to own the port still runs:
+    no new connection (whose first write carries the key) is made once it has exited, since
+    another process could have bound the port by then."""
+
+    def __init__(
+        self, host: str, port: int, api_key: str, alive: Callable[[], bool] = lambda: True
+    ) -> None:
         self.host, self.port = host, port
+        self._alive = alive
         self._head = (
             f"Host: {host}:{port}\r\nAuthorization: Bearer {api_key}\r\n"
             "Content-Type: application/json\r\nAccept: text/event-stream\r\n"
@@ -182,6 +189,8 @@ class WirePool:
         self._closed = False
 
     async def _connect(self) -> _Connection:
+        if not self._alive():
+            raise WireError(f"the server that owned {self.host}:{self.port} has exited")
         loop = asyncio.get_running_loop()
         try:
             _, conn = await asyncio.wait_for(
@@ -190,6 +199,9 @@ class WirePool:
             )
         except (OSError, TimeoutError) as err:
             raise WireError(f"cannot connect to SGLang at {self.host}:{self.port}: {err}") from err
+        if not self._alive():  # it exited while connecting: the peer may be someone else
+            conn.close()
+            raise WireError(f"the server that owned {self.host}:{self.port} has exited")
         self._all.add(conn)
         return conn
 
