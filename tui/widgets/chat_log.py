@@ -16,7 +16,7 @@ _WELCOME = """\
 [b]Chat with the local model[/b]
 
 Type below and press [b]Enter[/b]; [b]Ctrl+J[/b] adds a line. [b]Esc[/b] stops a reply and \
-gives your prompt back. [b]F1[/b] lists every key.
+gives your prompt back. [b]F1[/b] lists every key, and so does [b]?[/b] outside a text box.
 """
 
 
