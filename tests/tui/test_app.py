@@ -17,6 +17,7 @@ from tui.app import LingApp, make_app
 from tui.screens.chains import ChainScreen
 from tui.screens.chat import ChatScreen
 from tui.screens.help import KEYS
+from tui.widgets.chat_log import EmptyState
 from tui.widgets.chat_message import ChatMessage
 
 
@@ -46,7 +47,7 @@ async def test_a_daemon_that_comes_up_later_is_found_by_discovery(
         paths.token_file().write_text(daemon.token)
         await wait_for(pilot, lambda: app.daemon_status.ready, timeout=10, what="ready")
         assert app.link.url == daemon.url
-        empty = app.screen.query_one("#empty")
+        empty = app.screen.query_one(EmptyState)
         assert "Ready: test on the torch engine" in str(empty.render())
 
 

@@ -87,6 +87,8 @@ class ChatScreen(ConversationActions, Screen[None]):
         self.draft_settings = ChatSettings()
         self.reply: ReplyInFlight | None = None
         self.editing: StoredMessage | None = None
+        self.drafts: dict[int | None, str] = {}
+        """What the input held when each conversation was left (None: the new one)."""
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -117,8 +119,12 @@ class ChatScreen(ConversationActions, Screen[None]):
 
     # ----------------------------------------------------------------- conversations
     def open_conversation(self, conversation_id: int | None) -> None:
-        self._cancel_reply()
+        self._cancel_reply()  # gives its prompt back to the input: a draft of this conversation
+        leaving = self.conversation.id if self.conversation else None
+        if self.editing is None:  # an edit left unfinished is dropped, not kept as a draft
+            self.drafts[leaving] = self.prompt.text
         self._leave_edit()
+        self.prompt.load_text(self.drafts.pop(conversation_id, ""))
         self.conversation = self.store.get(conversation_id) if conversation_id else None
         self.history = self.store.messages(self.conversation.id) if self.conversation else []
         self.draft_settings = ChatSettings()

@@ -37,7 +37,9 @@ class ChatLog(VerticalScroll, can_focus=False):
         """Replace the content with a stored conversation (or the empty state)."""
         self.remove_children()
         if not messages:
-            empty = EmptyState(id="empty")
+            # No id: the one being replaced is only removed at the next idle moment, and a
+            # second one with the same id would clash with it (Ctrl+N twice).
+            empty = EmptyState()
             self.mount(empty)
             empty.show_status(status)
             return
