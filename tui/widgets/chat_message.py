@@ -18,6 +18,7 @@ from textual.widgets import Label, Markdown, Static
 
 from tui.reply_markdown import as_markdown
 from tui.stats import ReplyStats
+from tui.widgets.code_block import ReplyMarkdown
 from tui.widgets.framed_stream import FramedStream
 
 __all__ = ["ChatMessage", "code_blocks"]
@@ -59,7 +60,7 @@ class ChatMessage(Vertical, can_focus=True):
 
     def compose(self) -> ComposeResult:
         yield Label(self.speaker, classes="speaker")
-        yield Markdown(as_markdown(self.content), classes="body")
+        yield ReplyMarkdown(as_markdown(self.content), classes="body")
         yield Static(self.stats.format() if self.stats else "", classes="stats", markup=False)
 
     def on_mount(self) -> None:
