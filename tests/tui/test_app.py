@@ -68,7 +68,7 @@ def test_help_lists_every_binding_of_every_screen() -> None:
     }
     for owner in (LingApp, ChatScreen, ChainScreen, ChatMessage):
         for binding in owner.BINDINGS:
-            first = binding.key.split(",")[0].replace("escape", "esc")
+            first = binding.key.split(",")[0].replace("escape", "esc").replace("question_mark", "?")
             if first in ("up", "down"):  # moving between messages: said in the Shift+Tab line
                 continue
             assert first in listed, f"{owner.__name__}: {first} is not in the help screen"
