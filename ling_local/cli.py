@@ -445,6 +445,44 @@ def bench_complete(
     typer.echo(json.dumps(result, indent=2) if json_out else render_markdown(result))
 
 
+@bench_app.command("tui")
+def bench_tui(
+    profile: ProfileOpt = "tiny",
+    url: Annotated[
+        str | None, typer.Option(help="Use this running daemon (default: start a private one)")
+    ] = None,
+    rounds: Annotated[int, typer.Option(min=1, help="Measured rounds (one of each side).")] = 10,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Tokens per reply at most.")] = 32,
+    columns: Annotated[int, typer.Option(min=40, help="The TUI's terminal width.")] = 100,
+    lines: Annotated[int, typer.Option(min=12, help="The TUI's terminal height.")] = 32,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print JSON instead of the table.")
+    ] = False,
+) -> None:
+    """Time to first token in the chat TUI (Enter pressed to the reply's first text on the
+    screen) against the SDK's stream_chat, on the same daemon, round by round."""
+    import json
+
+    from ling_local.bench.tui_ttft import print_result, run_tui_bench
+    from ling_local.discovery import read_token
+
+    try:
+        result = run_tui_bench(
+            profile,
+            url,
+            read_token() if url else None,
+            rounds=rounds,
+            max_tokens=max_tokens,
+            size=(columns, lines),
+        )
+    except LingLocalError as err:
+        _fail(err)
+    if json_out:
+        typer.echo(json.dumps(result, indent=1))
+    else:
+        print_result(result)
+
+
 bench_app.command("serve")(bench_serve)
 bench_app.command("overhead")(bench_overhead)
 

@@ -71,7 +71,9 @@ def _table(keys: list[tuple[str, str]]) -> Table:
 
 
 class HelpScreen(ModalScreen[None]):
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,f1,q,question_mark", "dismiss", "Close")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,f1,q,question_mark", "dismiss", "Close")
+    ]
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help"):
