@@ -223,8 +223,9 @@ class ChatScreen(ConversationActions, Screen[None]):
 
     def _settle(self, reply: ReplyInFlight) -> None:
         """The screen work a reply makes that can wait until its first token is on screen
-        (or `SETTLE_S`, if the engine is slower than that): the footer's keys (Stop instead of Regen and Edit; the
-        footer is rebuilt whole) and, for a new conversation, its title and the sidebar."""
+        (or `SETTLE_S`, if the engine is slower than that): the footer's keys (Stop instead
+        of Regen and Edit; the footer is rebuilt whole) and, for a new conversation, its
+        title and the sidebar."""
         if reply.settled:
             return
         reply.settled = True
