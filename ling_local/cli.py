@@ -6,6 +6,7 @@ Heavy modules are imported inside the commands so `ling-local --help` stays inst
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -35,6 +36,28 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import version
+
+        typer.echo(f"ling-local {version('ling-local')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: Annotated[
+        bool,
+        typer.Option(
+            "--version", callback=_version, is_eager=True, help="Print the version and exit."
+        ),
+    ] = False,
+) -> None:
+    """A local code-completion and chat daemon: one big model, instant for one person."""
+
+
 bench_app = typer.Typer(help="Benchmarks that print numbers.", no_args_is_help=True)
 app.add_typer(bench_app, name="bench")
 app.add_typer(chain_app, name="chain")
@@ -101,18 +124,34 @@ def serve(
 @app.command()
 def profiles() -> None:
     """List the profiles --profile accepts."""
+    from ling_local import paths
     from ling_local.config import list_profiles, load_profile
     from ling_local.tables import Col, print_table
 
+    user_dir = paths.config_dir() / "profiles"
+    shipped: set[str] = set()
     rows = []
     for name, file in list_profiles().items():
+        if file.parent == user_dir:
+            where = _home_relative(file)
+        else:  # the shipped ones share one directory: said once, under the table
+            where = file.name
+            shipped.add(_home_relative(file.parent))
         try:
             p = load_profile(str(file))
-            rows.append([name, p.engine.kind, p.model.path, p.description, str(file)])
+            rows.append([name, p.engine.kind, p.model.path, p.description, where])
         except LingLocalError as err:
-            rows.append([name, "[red]invalid[/]", "", err.message, str(file)])
-    columns = [Col("name", identifier=True), Col("engine"), Col("model")]
-    print_table([*columns, Col("description"), Col("file", optional=True)], rows)
+            rows.append([name, "[red]invalid[/]", "", err.message, where])
+    columns = [Col("name", identifier=True), Col("engine"), Col("model"), Col("description")]
+    caption = f"shipped profiles: {', '.join(sorted(shipped))}" if shipped else None
+    print_table([*columns, Col("file")], rows, caption=caption)
+
+
+def _home_relative(path: Path) -> str:
+    try:
+        return "~/" + str(path.relative_to(Path.home()))
+    except ValueError:
+        return str(path)
 
 
 @app.command()
@@ -406,8 +445,62 @@ def bench_complete(
     typer.echo(json.dumps(result, indent=2) if json_out else render_markdown(result))
 
 
+@bench_app.command("tui")
+def bench_tui(
+    profile: ProfileOpt = "tiny",
+    url: Annotated[
+        str | None, typer.Option(help="Use this running daemon (default: start a private one)")
+    ] = None,
+    rounds: Annotated[int, typer.Option(min=1, help="Measured rounds (one of each side).")] = 10,
+    max_tokens: Annotated[int, typer.Option(min=1, help="Tokens per reply at most.")] = 32,
+    columns: Annotated[int, typer.Option(min=40, help="The TUI's terminal width.")] = 100,
+    lines: Annotated[int, typer.Option(min=12, help="The TUI's terminal height.")] = 32,
+    json_out: Annotated[
+        bool, typer.Option("--json", help="Print JSON instead of the table.")
+    ] = False,
+) -> None:
+    """Time to first token in the chat TUI (Enter pressed to the reply's first text on the
+    screen) against the SDK's stream_chat, on the same daemon, round by round."""
+    import json
+
+    from ling_local.bench.tui_ttft import print_result, run_tui_bench
+    from ling_local.discovery import read_token
+
+    try:
+        result = run_tui_bench(
+            profile,
+            url,
+            read_token() if url else None,
+            rounds=rounds,
+            max_tokens=max_tokens,
+            size=(columns, lines),
+        )
+    except LingLocalError as err:
+        _fail(err)
+    if json_out:
+        typer.echo(json.dumps(result, indent=1))
+    else:
+        print_result(result)
+
+
 bench_app.command("serve")(bench_serve)
 bench_app.command("overhead")(bench_overhead)
+
+
+def _one_line_summaries(*apps: typer.Typer) -> None:
+    """In rich mode typer 0.29 keeps a docstring's line breaks in its command lists, which
+    then break mid-sentence at any width but the source's; each command's entry there is its
+    docstring's first paragraph on one line, which the terminal wraps."""
+    import inspect
+
+    for typer_app in apps:
+        for command in typer_app.registered_commands:
+            if command.short_help is None:
+                doc = command.help or inspect.getdoc(command.callback) or ""
+                command.short_help = " ".join(doc.split("\n\n")[0].split())
+
+
+_one_line_summaries(app, bench_app, chain_app)
 
 
 def main() -> None:

@@ -1,8 +1,9 @@
-"""Terminal tables whose identifiers are never cut.
+"""Terminal tables whose identifiers are never cut and whose columns are never left out.
 
 A user copies a run id or a profile name out of a table and types it into the next command,
-so those columns keep their full width; the others wrap, and when even that does not fit
-the terminal the least useful ones are left out (`optional`, dropped from the right)."""
+so those columns keep their full width; every other column wraps (a long path or sentence
+folds onto more lines) to fit the terminal, however narrow: a table that silently leaves a
+column out reads as if the column did not exist."""
 
 from __future__ import annotations
 
@@ -14,53 +15,31 @@ from rich.table import Table
 
 __all__ = ["Col", "print_table"]
 
-#: A wrapped column narrower than this reads as a word or two a line.
-_MIN_WRAPPED = 16
-#: Rich's box: a border and one space of padding each side of every column, plus one.
-_BORDER_PER_COLUMN = 3
-
 
 @dataclass(frozen=True, slots=True)
 class Col:
     header: str
     identifier: bool = False
     """Shown whole, never wrapped or cut."""
-    optional: bool = False
-    """Left out when the terminal is too narrow for it."""
 
 
 def print_table(
-    columns: Sequence[Col], rows: Sequence[Sequence[str]], console: Console | None = None
+    columns: Sequence[Col],
+    rows: Sequence[Sequence[str]],
+    console: Console | None = None,
+    *,
+    caption: str | None = None,
 ) -> None:
     console = console or Console()
-    keep = list(range(len(columns)))
-
-    def need(indexes: list[int]) -> int:
-        width = 1
-        for i in indexes:
-            cells = [len(columns[i].header), *(len(_plain(r[i])) for r in rows)]
-            longest = max(cells)
-            shown = longest if columns[i].identifier else min(longest, _MIN_WRAPPED)
-            width += shown + _BORDER_PER_COLUMN
-        return width
-
-    optional = [i for i in reversed(keep) if columns[i].optional]
-    while need(keep) > console.width and optional:
-        keep.remove(optional.pop(0))
-    left_out = [columns[i].header for i in range(len(columns)) if i not in keep]
-    table = Table(
-        caption=f"(too narrow for: {', '.join(left_out)})" if left_out else None,
-        caption_justify="left",
-    )
-    for i in keep:
-        col = columns[i]
+    table = Table(caption=caption, caption_justify="left")
+    for i, col in enumerate(columns):
         if col.identifier:
             width = max(len(col.header), *(len(_plain(r[i])) for r in rows)) if rows else None
             table.add_column(col.header, no_wrap=True, min_width=width)
-        else:
-            table.add_column(col.header, overflow="fold")
+        else:  # at least the header's width: a header folded into pieces reads as noise
+            table.add_column(col.header, overflow="fold", min_width=len(col.header))
     for row in rows:
-        table.add_row(*(row[i] for i in keep))
+        table.add_row(*row)
     console.print(table)
 
 

@@ -184,6 +184,11 @@ def test_python_block(
     env = {**user_env, "LING_LOCAL_URL": f"http://127.0.0.1:{readme_daemon}"}
     out = _run([sys.executable, str(script)], env)
     assert out.strip()
+    # What a snippet prints ends its last line (else the shell prompt lands on it), and a
+    # value printed after streamed text starts a line of its own.
+    assert out.endswith("\n"), f"the output does not end with a newline: {out[-80:]!r}"
+    glued = [line for line in out.splitlines() if "Timings(" in line[1:]]
+    assert not glued, f"printed on the streamed text's line: {glued}"
 
 
 @pytest.mark.parametrize("code", _cases("local-model"))

@@ -34,6 +34,8 @@ class LingApp(App[None]):
     HORIZONTAL_BREAKPOINTS: ClassVar[list[tuple[int, str]]] = [(0, "-narrow"), (100, "-wide")]
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("f1", "help", "Help"),
+        # Where no text box has focus: in one, "?" is a character like any other.
+        Binding("question_mark", "help", "Help", show=False),
         Binding("ctrl+g", "chains", "Chains"),
         Binding("ctrl+t", "toggle_theme", "Theme", show=False),
     ]

@@ -7,6 +7,7 @@ instead of holding one client forever.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 
 from ling_local import discovery
@@ -64,6 +65,15 @@ class DaemonStatus:
         return f"Ready: {self.model} on the {self.engine} engine (profile {self.profile})."
 
 
+def _warm_up() -> None:
+    """What the first reply would otherwise load on its way to the screen: the stream's HTTP
+    client (the SDK imports aiohttp on its first stream) and the Python highlighter."""
+    import aiohttp  # noqa: F401
+    from textual.highlight import highlight
+
+    highlight("def f():\n    return 1\n", language="python")
+
+
 class DaemonLink:
     """Owns the AsyncClient. Explicit url/token pin it; otherwise discovery decides."""
 
@@ -71,6 +81,7 @@ class DaemonLink:
         self._pinned = url is not None
         self._token = token
         self.client = AsyncClient(url, token)
+        self._warm = False
 
     @property
     def url(self) -> str:
@@ -98,6 +109,9 @@ class DaemonLink:
                 return DaemonStatus("error", detail=err.message, url=self.url)
         except LingLocalError as err:
             return DaemonStatus("error", detail=err.message, url=self.url)
+        if health.ready and not self._warm:
+            self._warm = True
+            await asyncio.to_thread(_warm_up)
         return DaemonStatus(
             health.state, health.engine, health.model, health.profile, health.detail, self.url
         )

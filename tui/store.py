@@ -137,6 +137,29 @@ class ConversationStore:
             )
         return Conversation(int(cur.lastrowid), title, s, now, now)
 
+    def start(
+        self, title: str, settings: ChatSettings, text: str
+    ) -> tuple[Conversation, StoredMessage]:
+        """A new conversation and its first message, in one transaction (one fsync)."""
+        now = time.time()
+        s = settings
+        with self._tx():
+            cur = self._db.execute(
+                "INSERT INTO conversations (title, system_prompt, temperature, max_tokens,"
+                " ignore_eos, created, updated) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (title, s.system_prompt, s.temperature, s.max_tokens, int(s.ignore_eos), now, now),
+            )
+            conversation_id = int(cur.lastrowid)
+            cur = self._db.execute(
+                "INSERT INTO messages (conversation_id, role, content, created)"
+                " VALUES (?, 'user', ?, ?)",
+                (conversation_id, text, now),
+            )
+        conversation = Conversation(conversation_id, title, s, now, now, 1)
+        return conversation, StoredMessage(
+            int(cur.lastrowid), conversation_id, "user", text, None, now
+        )
+
     def get(self, conversation_id: int) -> Conversation | None:
         row = self._db.execute(
             f"{_SELECT_CONVERSATIONS} WHERE c.id = ? GROUP BY c.id", (conversation_id,)

@@ -202,4 +202,4 @@ def list_command(
         when = datetime.fromtimestamp(r.created).strftime("%Y-%m-%d %H:%M:%S")
         rows.append([r.run_id, r.chain, r.status, str(len(r.step_names)), when])
     columns = [Col("run", identifier=True), Col("chain"), Col("status"), Col("steps")]
-    print_table([*columns, Col("started", optional=True)], rows)
+    print_table([*columns, Col("started")], rows)

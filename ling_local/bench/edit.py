@@ -13,7 +13,7 @@ import asyncio
 import statistics
 from pathlib import Path
 
-from ling_local.bench.engine import engine_stream
+from ling_local.bench.engine_stream import engine_stream
 
 __all__ = ["EDIT_SOURCE", "edit_speedup", "edit_workload"]
 

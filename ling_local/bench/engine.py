@@ -32,6 +32,7 @@ from ling_local.bench.baselines import (
     copy_bandwidth,
     hf_generate,
 )
+from ling_local.bench.engine_stream import engine_stream
 from ling_local.bench.ttft import TTFTPrompts, hf_ttft, ttft_prompts
 
 __all__ = ["EngineBenchResult", "engine_stream", "run_engine_bench"]
@@ -109,27 +110,6 @@ def _matching(reference: list[int] | None, tokens: list[int]) -> str:
     while n < min(len(reference), len(tokens)) and reference[n] == tokens[n]:
         n += 1
     return f"{n}/{len(reference)}"
-
-
-async def engine_stream(
-    engine: Any, prompt: list[int], new_tokens: int
-) -> tuple[list[float], str, Any]:
-    from ling_local.engines.base import GenerationRequest, Priority, SamplingParams
-
-    request = GenerationRequest(
-        prompt="",
-        prompt_ids=list(prompt),
-        priority=Priority.COMPLETION,
-        sampling=SamplingParams(max_tokens=new_tokens, ignore_eos=True),
-    )
-    stamps, ids, last = [], [], None
-    t0 = time.perf_counter()
-    async for delta in engine.stream(request):
-        now = time.perf_counter() - t0
-        stamps.extend([now] * delta.n_tokens)
-        ids.extend(delta.token_ids)
-        last = delta
-    return stamps, ids, last.stats
 
 
 def ours(

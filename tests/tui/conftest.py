@@ -123,6 +123,28 @@ def seed_code_shapes(path: Path) -> int:
         store.close()
 
 
+LONG_LINE_REPLY = """A query that does it all in one line:
+
+```python
+def find(session, name):
+    result = session.query(User).filter(User.name == name).options(selectinload(User.addresses)).order_by(User.id).all()  # an InstrumentedExpression each
+    return result
+```
+"""
+"""A reply with a code line of 150 characters: wider than the chat at 100 columns."""
+
+
+def seed_long_lines(path: Path) -> int:
+    store = ConversationStore(path)
+    try:
+        conversation = store.create("Long lines", created=FIXED_TIME)
+        store.add_message(conversation.id, "user", "Find a user.", created=FIXED_TIME)
+        store.add_message(conversation.id, "assistant", LONG_LINE_REPLY, created=FIXED_TIME + 1)
+        return conversation.id
+    finally:
+        store.close()
+
+
 async def wait_for(
     pilot: Pilot, condition: Callable[[], bool], timeout: float = 60.0, what: str = "condition"
 ) -> None:

@@ -17,6 +17,7 @@ from tui.app import LingApp, make_app
 from tui.screens.chains import ChainScreen
 from tui.screens.chat import ChatScreen
 from tui.screens.help import KEYS
+from tui.widgets.chat_log import EmptyState
 from tui.widgets.chat_message import ChatMessage
 
 
@@ -46,7 +47,7 @@ async def test_a_daemon_that_comes_up_later_is_found_by_discovery(
         paths.token_file().write_text(daemon.token)
         await wait_for(pilot, lambda: app.daemon_status.ready, timeout=10, what="ready")
         assert app.link.url == daemon.url
-        empty = app.screen.query_one("#empty")
+        empty = app.screen.query_one(EmptyState)
         assert "Ready: test on the torch engine" in str(empty.render())
 
 
@@ -67,7 +68,7 @@ def test_help_lists_every_binding_of_every_screen() -> None:
     }
     for owner in (LingApp, ChatScreen, ChainScreen, ChatMessage):
         for binding in owner.BINDINGS:
-            first = binding.key.split(",")[0].replace("escape", "esc")
+            first = binding.key.split(",")[0].replace("escape", "esc").replace("question_mark", "?")
             if first in ("up", "down"):  # moving between messages: said in the Shift+Tab line
                 continue
             assert first in listed, f"{owner.__name__}: {first} is not in the help screen"

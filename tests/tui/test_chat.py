@@ -88,36 +88,71 @@ async def test_send_streams_a_reply_and_commits_both_messages(
     assert len(messages) == 2
 
 
+async def stop_mid_reply(pilot, prompt: str) -> int:
+    """Send `prompt` and press Esc while its reply streams; the conversation's id."""
+    screen = chat(pilot.app)
+    for _ in range(5):  # a stop string may end a reply before we can cancel it: retry
+        screen.action_new_conversation() if screen.history else None
+        await send(pilot, prompt)
+        await wait_for(
+            pilot,
+            lambda: screen.reply is None or screen.reply.meter.chunks > 3,
+            what="tokens streaming",
+        )
+        if screen.reply is not None:
+            break
+    else:
+        raise AssertionError("every reply ended before it could be cancelled")
+    conversation_id = screen.conversation.id
+    await pilot.press("escape")
+    await pilot.pause()
+    return conversation_id
+
+
 async def test_escape_cancels_the_reply_and_restores_the_prompt(
     slow_daemon: DaemonProcess, store_path: Path
 ) -> None:
-    conversation_id = seed_settings(store_path, max_tokens=4000, ignore_eos=True)
+    seed_settings(store_path, max_tokens=4000, ignore_eos=True)
     app = app_for(slow_daemon, store_path)
     prompt = "Tell me a long story\nabout a compiler."
     async with app.run_test(size=SIZE) as pilot:
         screen = chat(app)
         await wait_for(pilot, lambda: app.daemon_status.ready, what="daemon ready")
-        for _ in range(5):  # a stop string may end a reply before we can cancel it: retry
-            screen.action_new_conversation() if screen.history else None
-            await send(pilot, prompt)
-            await wait_for(
-                pilot,
-                lambda: screen.reply is None or screen.reply.meter.chunks > 3,
-                what="tokens streaming",
-            )
-            if screen.reply is not None:
-                break
-        else:
-            raise AssertionError("every reply ended before it could be cancelled")
-        conversation_id = screen.conversation.id
-        await pilot.press("escape")
-        await pilot.pause()
+        conversation_id = await stop_mid_reply(pilot, prompt)
         assert screen.reply is None
         assert screen.prompt.text == prompt
         assert screen.log_view.messages() == []
         async with slow_daemon.async_client() as client:  # stopped in the daemon, not just here
             assert await daemon_idle(client)
     assert stored(store_path, conversation_id) == []
+
+
+async def test_a_new_conversation_starts_empty_and_the_draft_waits_in_its_own(
+    slow_daemon: DaemonProcess, store_path: Path
+) -> None:
+    """The prompt Esc gave back belongs to the conversation it was sent in: Ctrl+N opens an
+    empty input, and going back to that conversation finds the draft again."""
+    seed_settings(store_path, max_tokens=4000, ignore_eos=True)
+    app = app_for(slow_daemon, store_path)
+    prompt = "Tell me a long story\nabout a compiler."
+    async with app.run_test(size=SIZE) as pilot:
+        screen = chat(app)
+        await wait_for(pilot, lambda: app.daemon_status.ready, what="daemon ready")
+        conversation_id = await stop_mid_reply(pilot, prompt)
+        assert screen.prompt.text == prompt
+        await pilot.press("ctrl+n")
+        assert screen.conversation is None and screen.prompt.text == ""
+        await pilot.press("ctrl+n")  # again, in the empty conversation: still empty, no error
+        await pilot.pause()
+        assert screen.conversation is None and screen.prompt.text == ""
+        assert len(screen.log_view.query(EmptyState)) == 1
+        screen.prompt.load_text("a draft of the new one")
+        screen.open_conversation(conversation_id)
+        assert screen.prompt.text == prompt
+        await pilot.press("ctrl+n")
+        assert screen.prompt.text == "a draft of the new one"
+        async with slow_daemon.async_client() as client:
+            assert await daemon_idle(client)
 
 
 async def test_switch_conversations_and_restart_finds_them_intact(

@@ -8,13 +8,23 @@ from pathlib import Path
 
 import pytest
 from textual.app import App, ComposeResult
+from textual.content import Content
 from textual.widgets import Markdown
 from textual.widgets._markdown import MarkdownFence, MarkdownParagraph
 
-from tests.tui.conftest import BARE_CODE_REPLY, CODE_REPLY, DOWN_URL, seed_code_shapes
+from tests.tui.conftest import (
+    BARE_CODE_REPLY,
+    CODE_REPLY,
+    DOWN_URL,
+    LONG_LINE_REPLY,
+    seed_code_shapes,
+    seed_long_lines,
+    wait_for,
+)
 from tui.app import make_app
 from tui.reply_markdown import as_markdown
 from tui.widgets.chat_message import ChatMessage, code_blocks
+from tui.widgets.code_block import CONTINUED, WrappedCode, wrap_code
 from tui.widgets.framed_stream import FRAME_S
 
 BARE_CODE = BARE_CODE_REPLY.rsplit("\n", 1)[0] + "\n"  # the reply without its last sentence
@@ -102,3 +112,39 @@ async def test_y_copies_bare_code_as_a_block(store_path: Path) -> None:
         assert isinstance(app.focused, ChatMessage) and app.focused.content == BARE_CODE_REPLY
         await pilot.press("y")
         assert app.clipboard == BARE_CODE
+
+
+@pytest.mark.parametrize("width", [20, 37, 80])
+def test_wrapped_code_keeps_every_character_and_marks_each_continuation(width: int) -> None:
+    code = Content("def f(x):\n    return " + "x + " * 40 + "1\n\n# é 漢字 " + "ab" * 30)
+    rows = wrap_code(code, width)
+    assert all(row.cell_length <= width for row in rows)
+    lines, current = [], None
+    for row in rows:
+        if row.plain.startswith(CONTINUED):
+            current += row.plain[len(CONTINUED) :]
+        else:
+            if current is not None:
+                lines.append(current)
+            current = row.plain
+    lines.append(current)
+    assert lines == code.plain.split("\n")
+    assert len(rows) > len(lines)  # something was wrapped, and said so
+
+
+async def test_a_long_code_line_is_wrapped_not_cut(store_path: Path) -> None:
+    """At 100 columns every code block fits its width (nothing runs past its edge, where
+    Textual's fence hid it behind an invisible scrollbar), and its rows hold the whole line."""
+    seed_long_lines(store_path)
+    app = make_app(store_path=store_path, url=DOWN_URL, token="x")
+    async with app.run_test(size=(100, 32)) as pilot:
+        await pilot.pause()
+        (reply,) = [m for m in app.screen.query(ChatMessage) if m.role == "assistant"]
+        (fence,) = reply.query(MarkdownFence)
+        await wait_for(pilot, lambda: fence.size.width > 0, what="the code block laid out")
+        assert fence.virtual_size.width <= fence.size.width
+        (code,) = fence.query(WrappedCode)
+        rows = wrap_code(code.code, code.content_size.width)
+        shown = "".join(r.plain.removeprefix(CONTINUED) for r in rows)
+        long_line = next(line for line in LONG_LINE_REPLY.splitlines() if len(line) > 100)
+        assert long_line in shown

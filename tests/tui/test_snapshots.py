@@ -13,7 +13,13 @@ from textual.pilot import Pilot
 from textual.widgets import Input, TextArea
 
 from tests.support import DaemonProcess
-from tests.tui.conftest import DOWN_URL, seed_code_shapes, seed_conversations, wait_for
+from tests.tui.conftest import (
+    DOWN_URL,
+    seed_code_shapes,
+    seed_conversations,
+    seed_long_lines,
+    wait_for,
+)
 from tui.app import LingApp, make_app
 
 
@@ -61,6 +67,12 @@ def test_fenced_and_bare_code_replies(snap_compare, store_path: Path) -> None:
 def test_bare_code_reply_80x24(snap_compare, store_path: Path) -> None:
     seed_code_shapes(store_path)
     assert snap_compare(app_for(None, store_path), terminal_size=(80, 24), run_before=settle)
+
+
+def test_long_code_lines_wrap_with_a_marker(snap_compare, store_path: Path) -> None:
+    """A code line wider than the chat continues on the next rows, each marked ↪."""
+    seed_long_lines(store_path)
+    assert snap_compare(app_for(None, store_path), terminal_size=(100, 32), run_before=settle)
 
 
 def test_empty_state(snap_compare, daemon: DaemonProcess, store_path: Path) -> None:

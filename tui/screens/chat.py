@@ -8,6 +8,8 @@ the input for editing, and the sent message leaves the store.
 
 from __future__ import annotations
 
+import asyncio
+import time
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -27,11 +29,16 @@ from tui.stats import LiveMeter, ReplyStats
 from tui.store import ChatSettings, Conversation, ConversationStore, StoredMessage
 from tui.widgets.chat_log import ChatLog
 from tui.widgets.chat_message import ChatMessage
+from tui.widgets.framed_stream import FRAME_S
 from tui.widgets.prompt_input import PromptInput
 from tui.widgets.sidebar import Sidebar
 from tui.widgets.status_bar import StatusBar
 
 __all__ = ["ChatScreen", "chat_payload", "request_options", "title_from"]
+
+SETTLE_S = 1.0
+"""Longest a reply's footer and sidebar changes wait for its first token: rebuilding the
+footer takes a frame or more of work, which would delay a first token due meanwhile."""
 
 
 def title_from(text: str) -> str:
@@ -60,10 +67,20 @@ def request_options(settings: ChatSettings) -> dict[str, object]:
 @dataclass(slots=True)
 class ReplyInFlight:
     model: str
-    conversation: Conversation
-    prompt: StoredMessage
+    text: str
+    """The prompt the reply answers (given back to the input if the reply is rolled back)."""
+    messages: list[Message]
+    """What was sent: the system prompt, the history and the prompt."""
+    settings: ChatSettings
     widget: ChatMessage
     meter: LiveMeter
+    conversation: Conversation | None = None
+    prompt: StoredMessage | None = None
+    """The prompt as stored: set once the request is on its way (the store write waits)."""
+    created: bool = False
+    """The conversation was created by this prompt (the sidebar has not listed it yet)."""
+    settled: bool = False
+    """The screen work that waits for the first token (footer, sidebar) has been done."""
 
 
 class ChatScreen(ConversationActions, Screen[None]):
@@ -87,6 +104,8 @@ class ChatScreen(ConversationActions, Screen[None]):
         self.draft_settings = ChatSettings()
         self.reply: ReplyInFlight | None = None
         self.editing: StoredMessage | None = None
+        self.drafts: dict[int | None, str] = {}
+        """What the input held when each conversation was left (None: the new one)."""
 
     def compose(self) -> ComposeResult:
         yield Header()
@@ -117,8 +136,12 @@ class ChatScreen(ConversationActions, Screen[None]):
 
     # ----------------------------------------------------------------- conversations
     def open_conversation(self, conversation_id: int | None) -> None:
-        self._cancel_reply()
+        self._cancel_reply()  # gives its prompt back to the input: a draft of this conversation
+        leaving = self.conversation.id if self.conversation else None
+        if self.editing is None:  # an edit left unfinished is dropped, not kept as a draft
+            self.drafts[leaving] = self.prompt.text
         self._leave_edit()
+        self.prompt.load_text(self.drafts.pop(conversation_id, ""))
         self.conversation = self.store.get(conversation_id) if conversation_id else None
         self.history = self.store.messages(self.conversation.id) if self.conversation else []
         self.draft_settings = ChatSettings()
@@ -151,7 +174,7 @@ class ChatScreen(ConversationActions, Screen[None]):
 
     # ----------------------------------------------------------------- sending
     @on(PromptSubmitted)
-    def _submitted(self, event: PromptSubmitted) -> None:
+    async def _submitted(self, event: PromptSubmitted) -> None:
         text = event.text.strip()
         if not text:
             return
@@ -165,44 +188,77 @@ class ChatScreen(ConversationActions, Screen[None]):
         if self.editing is not None and self.conversation is not None:
             self._drop_from(self.editing.id)
             self._leave_edit()
-        created = self.conversation is None
+        settings = self.conversation.settings if self.conversation else self.draft_settings
+        messages = [*chat_payload(settings, self.history), {"role": "user", "content": text}]
+        reply = self._start_reply(text, messages, settings)
+        # Let the worker send the request before the store write (an fsync) and the screen
+        # work below: they then overlap the engine's prefill instead of preceding it.
+        await asyncio.sleep(0)
+        if self.reply is not reply:  # it failed at once (and gave the prompt back)
+            return
         if self.conversation is None:
-            self.conversation = self.store.create(title_from(text), self.draft_settings)
-            self.sub_title = self.conversation.title
-        message = self.store.add_message(self.conversation.id, "user", text)
+            self.conversation, message = self.store.start(title_from(text), settings, text)
+            reply.created = True
+        else:
+            message = self.store.add_message(self.conversation.id, "user", text)
+        reply.conversation, reply.prompt = self.conversation, message
         self.history.append(message)
-        reply = self._start_reply(message)  # the request goes out before the screen work
         self.log_view.add(ChatMessage("user", text, message_id=message.id), before=reply.widget)
         self.prompt.load_text("")
-        if created:  # otherwise the sidebar catches up when the reply is in
-            self.refresh_sidebar()
 
-    def _start_reply(self, prompt: StoredMessage) -> ReplyInFlight:
-        assert self.conversation is not None
+    def _start_reply(
+        self,
+        text: str,
+        messages: list[Message],
+        settings: ChatSettings,
+        prompt: StoredMessage | None = None,
+    ) -> ReplyInFlight:
         model = self.app.daemon_status.model
-        widget = self.log_view.add(ChatMessage("assistant", speaker=model))
-        self.reply = ReplyInFlight(model, self.conversation, prompt, widget, LiveMeter())
-        self.refresh_bindings()
+        widget = self.log_view.add(ChatMessage("assistant", speaker=model, streaming=True))
+        self.reply = ReplyInFlight(
+            model, text, messages, settings, widget, LiveMeter(), self.conversation, prompt
+        )
         self._stream_reply(self.reply)
         return self.reply
 
+    def _settle(self, reply: ReplyInFlight) -> None:
+        """The screen work a reply makes that can wait until its first token is on screen
+        (or `SETTLE_S`, if the engine is slower than that): the footer's keys (Stop instead
+        of Regen and Edit; the footer is rebuilt whole) and, for a new conversation, its
+        title and the sidebar."""
+        if reply.settled:
+            return
+        reply.settled = True
+        self.refresh_bindings()
+        if reply.created and reply.conversation is not None:
+            self.sub_title = reply.conversation.title
+            self.refresh_sidebar()
+
+    def _tick(self, reply: ReplyInFlight) -> None:
+        self.query_one(StatusBar).show_numbers(reply.meter.format())
+        if time.perf_counter() - reply.meter.started >= SETTLE_S:
+            self._settle(reply)
+
     @work(exclusive=True, group="reply")
     async def _stream_reply(self, reply: ReplyInFlight) -> None:
-        settings = reply.conversation.settings
         status = self.query_one(StatusBar)
-        timer = self.set_interval(0.25, lambda: status.show_numbers(reply.meter.format()))
+        timer = self.set_interval(0.25, lambda: self._tick(reply))
         stream = body = None
         try:
             stream = await self.app.link.client.stream_chat(
-                chat_payload(settings, self.history), **request_options(settings)
+                reply.messages, **request_options(reply.settings)
             )
             body = await reply.widget.stream()
             async for chunk in stream:
                 if chunk.text:
+                    first = reply.meter.first is None
                     reply.meter.tick()
                     await body.write(chunk.text)  # drawn once a frame, not once a token
+                    if first:  # once the first token's frame is out
+                        self.set_timer(2 * FRAME_S, lambda: self._settle(reply))
             await body.stop()
             stats = ReplyStats.from_stream(stream, reply.meter)
+            assert reply.conversation is not None  # stored before any token could arrive
             stored = self.store.add_message(
                 reply.conversation.id, "assistant", stream.text, stats, model=reply.model
             )
@@ -239,10 +295,12 @@ class ChatScreen(ConversationActions, Screen[None]):
 
     def _roll_back(self, reply: ReplyInFlight) -> None:
         self.reply = None
-        self.refresh_bindings()
+        reply.settled = False
+        self._settle(reply)
         reply.widget.remove()
-        self._drop_from(reply.prompt.id)
-        self.prompt.restore(reply.prompt.content)
+        if reply.prompt is not None:  # else the prompt is dropped once it is stored
+            self._drop_from(reply.prompt.id)
+        self.prompt.restore(reply.text)
 
     def _drop_from(self, message_id: int) -> None:
         assert self.conversation is not None
@@ -280,7 +338,12 @@ class ChatScreen(ConversationActions, Screen[None]):
         if self.history[-1].role == "assistant":
             self._drop_from(self.history[-1].id)
         if self.history and self.history[-1].role == "user":
-            self._start_reply(self.history[-1])
+            assert self.conversation is not None
+            settings = self.conversation.settings
+            prompt = self.history[-1]
+            self._start_reply(
+                prompt.content, chat_payload(settings, self.history), settings, prompt
+            )
 
     def action_edit_last(self) -> None:
         last = next((m for m in reversed(self.history) if m.role == "user"), None)

@@ -1,4 +1,5 @@
-"""F1: every key, in one place (the footer shows only the most used ones)."""
+"""F1 (or ? outside a text box): every key, in one place (the footer shows only the most used
+ones)."""
 
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ KEYS: list[tuple[str, list[tuple[str, str]]]] = [
             ("Ctrl+R, Esc", "on the chains screen: run, stop (or go back)"),
             ("Ctrl+T", "light or dark theme"),
             ("Ctrl+P", "command palette: every action by name"),
-            ("F1", "this help"),
+            ("F1, ?", "this help (? where no text box has focus)"),
             ("Ctrl+Q", "quit"),
         ],
     ),
@@ -70,7 +71,9 @@ def _table(keys: list[tuple[str, str]]) -> Table:
 
 
 class HelpScreen(ModalScreen[None]):
-    BINDINGS: ClassVar[list[BindingType]] = [Binding("escape,f1,q", "dismiss", "Close")]
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,f1,q,question_mark", "dismiss", "Close")
+    ]
 
     def compose(self) -> ComposeResult:
         with VerticalScroll(id="help"):

@@ -12,6 +12,7 @@ from textual.widgets import Collapsible, Label, Markdown, Static
 
 from ling_local.agents.events import StepFinished, jsonable
 from tui.reply_markdown import as_markdown
+from tui.widgets.code_block import ReplyMarkdown
 from tui.widgets.framed_stream import FramedStream
 
 __all__ = ["StepPanel"]
@@ -39,7 +40,7 @@ class StepPanel(Vertical):
         if self.kind == "prompt":
             with Collapsible(title=f"Prompt ({len(self.prompt)} characters)", collapsed=False):
                 yield Static(self.prompt, markup=False, classes="step-prompt")
-        yield Markdown("", classes="step-output")
+        yield ReplyMarkdown("", classes="step-output")
         yield self._numbers
 
     def _title(self) -> str:

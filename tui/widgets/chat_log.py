@@ -16,7 +16,7 @@ _WELCOME = """\
 [b]Chat with the local model[/b]
 
 Type below and press [b]Enter[/b]; [b]Ctrl+J[/b] adds a line. [b]Esc[/b] stops a reply and \
-gives your prompt back. [b]F1[/b] lists every key.
+gives your prompt back. [b]F1[/b] lists every key, and so does [b]?[/b] outside a text box.
 """
 
 
@@ -37,7 +37,9 @@ class ChatLog(VerticalScroll, can_focus=False):
         """Replace the content with a stored conversation (or the empty state)."""
         self.remove_children()
         if not messages:
-            empty = EmptyState(id="empty")
+            # No id: the one being replaced is only removed at the next idle moment, and a
+            # second one with the same id would clash with it (Ctrl+N twice).
+            empty = EmptyState()
             self.mount(empty)
             empty.show_status(status)
             return

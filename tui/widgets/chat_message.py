@@ -1,5 +1,5 @@
-"""One message in the chat: who said it, the body (Markdown, with bare code shown as code),
-and the reply's numbers.
+"""One message in the chat: who said it, the body (a reply as Markdown, with bare code shown as
+code; a prompt as it was typed), and the reply's numbers.
 
 A message can take focus (Tab / Shift+Tab from the prompt), and then `c` copies it and `y`
 copies its code blocks, one after another on repeated presses.
@@ -18,6 +18,7 @@ from textual.widgets import Label, Markdown, Static
 
 from tui.reply_markdown import as_markdown
 from tui.stats import ReplyStats
+from tui.widgets.code_block import ReplyMarkdown
 from tui.widgets.framed_stream import FramedStream
 
 __all__ = ["ChatMessage", "code_blocks"]
@@ -47,8 +48,11 @@ class ChatMessage(Vertical, can_focus=True):
         speaker: str = "",
         stats: ReplyStats | None = None,
         message_id: int | None = None,
+        streaming: bool = False,
     ) -> None:
-        super().__init__(classes=f"-{role}")
+        # "-streaming" from the start: a class added once the message is up would restyle
+        # its whole subtree just as the first token is due.
+        super().__init__(classes=f"-{role} -streaming" if streaming else f"-{role}")
         self.role = role
         self.content = content
         self.speaker = speaker or ("You" if role == "user" else "Assistant")
@@ -59,7 +63,10 @@ class ChatMessage(Vertical, can_focus=True):
 
     def compose(self) -> ComposeResult:
         yield Label(self.speaker, classes="speaker")
-        yield Markdown(as_markdown(self.content), classes="body")
+        if self.role == "user":  # as typed: its line breaks kept, no Markdown to parse
+            yield Static(self.content, markup=False, classes="body")
+        else:
+            yield ReplyMarkdown(as_markdown(self.content), classes="body")
         yield Static(self.stats.format() if self.stats else "", classes="stats", markup=False)
 
     def on_mount(self) -> None:
@@ -69,7 +76,6 @@ class ChatMessage(Vertical, can_focus=True):
     async def stream(self) -> FramedStream:
         """Start streaming text into the body (the reply in flight), once it is on screen."""
         await self._mounted.wait()
-        self.add_class("-streaming")
         return FramedStream(self.query_one(".body", Markdown))
 
     def set_live(self, text: str) -> None:
